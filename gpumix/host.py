@@ -1,0 +1,82 @@
+"""Host readings through psutil: CPU per core, RAM, swap, and the processes on the GPUs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import psutil
+
+
+@dataclass
+class HostSample:
+    cpu_pct: float
+    cpu_per_core_pct: list[float]
+    mem_used_bytes: int
+    mem_total_bytes: int
+    swap_used_bytes: int
+    swap_total_bytes: int
+    load_avg: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ProcessSample:
+    pid: int
+    name: str | None
+    user: str | None
+    cpu_pct: float | None  # of one core, like top
+    rss_bytes: int | None
+    command: str | None
+
+
+class HostSampler:
+    """Keeps psutil.Process objects between ticks: cpu_percent() needs the previous reading."""
+
+    def __init__(self) -> None:
+        self._processes: dict[int, psutil.Process] = {}
+        psutil.cpu_percent(percpu=True)  # prime: the first call has nothing to compare with
+
+    def sample(self) -> HostSample:
+        per_core = psutil.cpu_percent(percpu=True)
+        memory = psutil.virtual_memory()
+        swap = psutil.swap_memory()
+        return HostSample(
+            cpu_pct=sum(per_core) / len(per_core) if per_core else 0.0,
+            cpu_per_core_pct=per_core,
+            mem_used_bytes=memory.total - memory.available,
+            mem_total_bytes=memory.total,
+            swap_used_bytes=swap.used,
+            swap_total_bytes=swap.total,
+            load_avg=list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
+        )
+
+    def processes(self, pids: set[int]) -> dict[int, ProcessSample]:
+        for gone in set(self._processes) - pids:
+            del self._processes[gone]
+        result = {}
+        for pid in pids:
+            result[pid] = self._process(pid)
+        return result
+
+    def _process(self, pid: int) -> ProcessSample:
+        try:
+            process = self._processes.get(pid)
+            if process is None:
+                process = self._processes[pid] = psutil.Process(pid)
+                process.cpu_percent()  # prime
+            with process.oneshot():
+                return ProcessSample(
+                    pid=pid,
+                    name=process.name(),
+                    user=process.username(),
+                    cpu_pct=process.cpu_percent(),
+                    rss_bytes=process.memory_info().rss,
+                    command=" ".join(process.cmdline())[:200] or None,
+                )
+        except (psutil.Error, OSError):  # gone, another user's, or in a container we can't see into
+            self._processes.pop(pid, None)
+            return ProcessSample(pid=pid, name=None, user=None, cpu_pct=None, rss_bytes=None, command=None)

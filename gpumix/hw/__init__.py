@@ -1,0 +1,1 @@
+"""Hardware layer: one interface (`HardwareBackend`), an NVML and a simulated backend."""

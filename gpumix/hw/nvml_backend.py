@@ -1,0 +1,351 @@
+"""NVML backend: reads real GPUs through pynvml (the nvidia-ml-py distribution).
+
+Every NVML call goes through `_call`, which turns NVML errors into `None`
+("not available") and never raises into the caller. A call that answers
+NotSupported / FunctionNotFound / NoPermission is remembered and not asked
+again: on real hardware such a failing call still costs 0.4-2.7 ms.
+A GPU that answers GpuIsLost stays in the table, marked lost.
+
+Costs measured on H200 (docs/benchmarks.md): the cheap set (utilization,
+memory, power, clocks, temperature, link gen/width) is ~60 us per GPU; the
+PCIe byte counters (field values 197/198) ~0.6 ms; the power-management
+limit and the replay counter ~0.37 ms each, so those two are read on a slow
+schedule; total energy costs 3.7 ms, so energy is integrated from power.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pynvml
+
+from gpumix.hw.types import DriverInfo, GpuInfo, GpuProcess, GpuSample, NoDriverError, P2PLink
+
+# nvidia-ml-py 13.x defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a
+# trailing comma in the binding); passing it raises a ctypes error. Use ints.
+P2P_INDEX_READ = 0
+P2P_INDEX_WRITE = 1
+
+P2P_STATUS = {
+    0: "OK",
+    1: "chipset not supported",
+    2: "GPU not supported",
+    3: "topology not supported",
+    4: "disabled by regkey",
+    5: "not supported",
+    6: "unknown",
+}
+
+# nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them.
+TOPOLOGY_LEVEL = {0: "BOARD", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+CLOCK_EVENT_REASONS = {
+    0x1: "idle",
+    0x2: "app clocks",
+    0x4: "power cap",
+    0x8: "HW slowdown",
+    0x10: "sync boost",
+    0x20: "SW thermal",
+    0x40: "HW thermal",
+    0x80: "power brake",
+    0x100: "display clocks",
+}
+
+FIELD_PCIE_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, cumulative
+FIELD_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, cumulative
+
+# Errors that will not change while we run: remember them, never ask again.
+_PERMANENT_ERRORS = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_NoPermission,
+    pynvml.NVMLError_NotFound,
+)
+
+
+def decode_clock_event_reasons(mask: int) -> list[str]:
+    return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _brand_name(brand: int | None) -> str | None:
+    if brand is None:
+        return None
+    for attr in dir(pynvml):
+        if attr.startswith("NVML_BRAND_") and attr != "NVML_BRAND_COUNT" and getattr(pynvml, attr) == brand:
+            return attr.removeprefix("NVML_BRAND_")
+    return str(brand)
+
+
+def _cuda_version_label(version: int | None) -> str | None:
+    if version is None:
+        return None
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _no_driver_message(error: BaseException) -> str:
+    return f"no NVIDIA driver found (NVML: {error})"
+
+
+class NvmlBackend:
+    """Hardware backend over NVML. `nvml` defaults to pynvml; tests and the
+    simulator pass an object with the same functions that raises the real
+    pynvml error classes."""
+
+    def __init__(
+        self,
+        nvml: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        slow_interval_s: float = 5.0,
+    ) -> None:
+        self._nvml = nvml if nvml is not None else pynvml
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._slow_interval_s = slow_interval_s
+        try:
+            self._nvml.nvmlInit()
+        except pynvml.NVMLError as error:
+            raise NoDriverError(_no_driver_message(error)) from None
+        except OSError as error:  # a broken libnvidia-ml.so
+            raise NoDriverError(_no_driver_message(error)) from None
+        self.unsupported: dict[tuple[int, str], str] = {}  # (gpu, call) -> NVML's answer
+        self._lost: set[int] = set()
+        self._handles: list[Any] = []
+        count = self._system_call("nvmlDeviceGetCount") or 0
+        for index in range(count):
+            try:
+                self._handles.append(self._nvml.nvmlDeviceGetHandleByIndex(index))
+            except pynvml.NVMLError:
+                self._handles.append(None)
+                self._lost.add(index)
+        self._infos = [self._read_info(index) for index in range(count)]
+        self._pcie_last: dict[int, tuple[int, int, int]] = {}  # gpu -> (timestamp_us, tx, rx)
+        self._pcie_fallback_pool: ThreadPoolExecutor | None = None
+        self._slow_read_at: dict[int, float] = {}
+        self._slow_values: dict[int, tuple[float | None, int | None]] = {}
+        self._energy_j: dict[int, float] = {}
+        self._last_sample_at: dict[int, float] = {}
+
+    # -- guarded calls -------------------------------------------------------
+
+    def _system_call(self, name: str, *args: Any) -> Any:
+        try:
+            return getattr(self._nvml, name)(*args)
+        except (pynvml.NVMLError, AttributeError):
+            return None
+
+    def _call(self, index: int, name: str, *args: Any) -> Any:
+        """One guarded NVML call on GPU `index`: the value, or None if not available."""
+        if index in self._lost or (index, name) in self.unsupported:
+            return None
+        try:
+            return getattr(self._nvml, name)(self._handles[index], *args)
+        except pynvml.NVMLError_GpuIsLost:
+            self._lost.add(index)
+        except _PERMANENT_ERRORS as error:
+            self.unsupported[(index, name)] = str(error)
+        except AttributeError:  # an older binding without this function
+            self.unsupported[(index, name)] = "Function Not Found"
+        except pynvml.NVMLError:
+            pass  # transient (Timeout, Unknown): ask again next tick
+        return None
+
+    def forget_slow_readings(self, index: int) -> None:
+        """Re-read the power limit on the next tick (after a cap was changed)."""
+        self._slow_read_at.pop(index, None)
+
+    # -- static facts ---------------------------------------------------------
+
+    def driver_info(self) -> DriverInfo:
+        driver = self._system_call("nvmlSystemGetDriverVersion")
+        cuda = self._system_call("nvmlSystemGetCudaDriverVersion")
+        nvml_version = self._system_call("nvmlSystemGetNVMLVersion")
+        return DriverInfo(
+            driver_version=_text(driver) if driver is not None else None,
+            cuda_driver_version=_cuda_version_label(cuda),
+            nvml_version=_text(nvml_version) if nvml_version is not None else None,
+        )
+
+    def _read_info(self, index: int) -> GpuInfo:
+        name = self._call(index, "nvmlDeviceGetName")
+        uuid = self._call(index, "nvmlDeviceGetUUID")
+        pci = self._call(index, "nvmlDeviceGetPciInfo")
+        memory = self._call(index, "nvmlDeviceGetMemoryInfo")
+        constraints = self._call(index, "nvmlDeviceGetPowerManagementLimitConstraints")
+        default_mw = self._call(index, "nvmlDeviceGetPowerManagementDefaultLimit")
+        return GpuInfo(
+            index=index,
+            uuid=_text(uuid) if uuid is not None else f"GPU-lost-{index}",
+            name=_text(name) if name is not None else "unknown GPU",
+            brand=_brand_name(self._call(index, "nvmlDeviceGetBrand")),
+            pci_bus_id=_text(pci.busId) if pci is not None else None,
+            mem_total_bytes=int(memory.total) if memory is not None else None,
+            power_limit_min_w=constraints[0] / 1000 if constraints else None,
+            power_limit_max_w=constraints[1] / 1000 if constraints else None,
+            power_limit_default_w=default_mw / 1000 if default_mw is not None else None,
+            pcie_gen_max_gpu=self._call(index, "nvmlDeviceGetGpuMaxPcieLinkGeneration"),
+            pcie_gen_max=self._call(index, "nvmlDeviceGetMaxPcieLinkGeneration"),
+            pcie_width_max=self._call(index, "nvmlDeviceGetMaxPcieLinkWidth"),
+        )
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._infos)
+
+    # -- per-tick sample -------------------------------------------------------
+
+    def sample(self) -> list[GpuSample]:
+        samples = [self._sample_one(index) for index in range(len(self._infos))]
+        self._fill_pcie(samples)
+        return samples
+
+    def _sample_one(self, index: int) -> GpuSample:
+        info = self._infos[index]
+        sample = GpuSample(index=index, uuid=info.uuid, timestamp_s=self._wall_clock())
+        if index in self._lost:
+            sample.lost = True
+            return sample
+        call = self._call
+        util = call(index, "nvmlDeviceGetUtilizationRates")
+        if util is not None:
+            sample.util_gpu_pct = float(util.gpu)
+            sample.util_mem_pct = float(util.memory)
+        memory = call(index, "nvmlDeviceGetMemoryInfo")
+        if memory is not None:
+            sample.mem_used_bytes = int(memory.used)
+            sample.mem_total_bytes = int(memory.total)
+        power_mw = call(index, "nvmlDeviceGetPowerUsage")
+        sample.power_w = power_mw / 1000 if power_mw is not None else None
+        enforced_mw = call(index, "nvmlDeviceGetEnforcedPowerLimit")
+        sample.power_cap_enforced_w = enforced_mw / 1000 if enforced_mw is not None else None
+        sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index)
+        sample.temperature_c = call(index, "nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
+        sample.fan_pct = call(index, "nvmlDeviceGetFanSpeed")
+        sample.clock_sm_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM)
+        sample.clock_mem_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM)
+        reasons = call(index, "nvmlDeviceGetCurrentClocksEventReasons")
+        if reasons is None:  # drivers before 535 know only the old name
+            reasons = call(index, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        sample.clock_event_reasons = decode_clock_event_reasons(reasons) if reasons is not None else None
+        sample.pcie_link_gen_current = call(index, "nvmlDeviceGetCurrPcieLinkGeneration")
+        sample.pcie_link_width_current = call(index, "nvmlDeviceGetCurrPcieLinkWidth")
+        processes = call(index, "nvmlDeviceGetComputeRunningProcesses") or []
+        sample.processes = [GpuProcess(pid=int(p.pid), gpu_mem_bytes=p.usedGpuMemory) for p in processes]
+        sample.energy_j = self._integrate_energy(index, sample.power_w)
+        if index in self._lost:  # lost during this tick
+            return GpuSample(index=index, uuid=info.uuid, timestamp_s=sample.timestamp_s, lost=True)
+        return sample
+
+    def _slow_readings(self, index: int) -> tuple[float | None, int | None]:
+        """Power-management limit and replay counter: ~0.37 ms each, read every few seconds."""
+        now = self._clock()
+        read_at = self._slow_read_at.get(index)
+        if read_at is None or now - read_at >= self._slow_interval_s:
+            limit_mw = self._call(index, "nvmlDeviceGetPowerManagementLimit")
+            replays = self._call(index, "nvmlDeviceGetPcieReplayCounter")
+            self._slow_values[index] = (limit_mw / 1000 if limit_mw is not None else None, replays)
+            self._slow_read_at[index] = now
+        return self._slow_values[index]
+
+    def _integrate_energy(self, index: int, power_w: float | None) -> float | None:
+        """Energy since start = integral of power: nvmlDeviceGetTotalEnergyConsumption costs 3.7 ms."""
+        now = self._clock()
+        last = self._last_sample_at.get(index)
+        self._last_sample_at[index] = now
+        if power_w is None:
+            return self._energy_j.get(index)
+        energy = self._energy_j.get(index, 0.0)
+        if last is not None:
+            energy += power_w * (now - last)
+        self._energy_j[index] = energy
+        return energy
+
+    # -- PCIe throughput --------------------------------------------------------
+
+    def _fill_pcie(self, samples: list[GpuSample]) -> None:
+        fallback: list[GpuSample] = []
+        for sample in samples:
+            if sample.lost:
+                continue
+            if (sample.index, "pcie_counters") in self.unsupported:
+                fallback.append(sample)
+                continue
+            rates = self._pcie_from_counters(sample.index)
+            if rates is None and (sample.index, "pcie_counters") in self.unsupported:
+                fallback.append(sample)
+            elif rates is not None:
+                sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = rates
+        if fallback:
+            self._pcie_from_throughput(fallback)
+
+    def _pcie_from_counters(self, index: int) -> tuple[float, float] | None:
+        """Rate = delta of the cumulative byte counters / delta of their timestamps."""
+        values = self._call(index, "nvmlDeviceGetFieldValues", [FIELD_PCIE_TX_BYTES, FIELD_PCIE_RX_BYTES])
+        if values is None:
+            if (index, "nvmlDeviceGetFieldValues") in self.unsupported:
+                self.unsupported[(index, "pcie_counters")] = "field values not supported"
+            return None
+        if any(value.nvmlReturn != pynvml.NVML_SUCCESS for value in values):
+            self.unsupported[(index, "pcie_counters")] = "PCIe byte counters not supported"
+            return None
+        timestamp_us = int(values[0].timestamp)
+        tx, rx = int(values[0].value.ullVal), int(values[1].value.ullVal)
+        last = self._pcie_last.get(index)
+        self._pcie_last[index] = (timestamp_us, tx, rx)
+        if last is None or timestamp_us <= last[0] or tx < last[1] or rx < last[2]:
+            return None  # first reading, or a counter reset
+        elapsed_s = (timestamp_us - last[0]) / 1e6
+        return (tx - last[1]) / elapsed_s, (rx - last[2]) / elapsed_s
+
+    def _pcie_from_throughput(self, samples: list[GpuSample]) -> None:
+        """nvmlDeviceGetPcieThroughput blocks ~21 ms per call: run them all in parallel."""
+        if self._pcie_fallback_pool is None:
+            self._pcie_fallback_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pcie")
+        jobs = [
+            (sample, counter, self._pcie_fallback_pool.submit(self._call, sample.index, "nvmlDeviceGetPcieThroughput", counter))
+            for sample in samples
+            for counter in (pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        ]
+        for sample, counter, job in jobs:
+            kb_per_s = job.result()
+            rate = kb_per_s * 1000.0 if kb_per_s is not None else None
+            if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
+                sample.pcie_tx_bytes_per_s = rate
+            else:
+                sample.pcie_rx_bytes_per_s = rate
+
+    # -- topology ----------------------------------------------------------------
+
+    def p2p(self) -> list[P2PLink]:
+        links = []
+        count = len(self._infos)
+        for a in range(count):
+            for b in range(a + 1, count):
+                links.append(self._p2p_pair(a, b))
+        return links
+
+    def _p2p_pair(self, a: int, b: int) -> P2PLink:
+        if a in self._lost or b in self._lost:
+            return P2PLink(a, b, None, None, None)
+        handle_b = self._handles[b]
+        read = self._call(a, "nvmlDeviceGetP2PStatus", handle_b, P2P_INDEX_READ)
+        write = self._call(a, "nvmlDeviceGetP2PStatus", handle_b, P2P_INDEX_WRITE)
+        level = self._call(a, "nvmlDeviceGetTopologyCommonAncestor", handle_b)
+        return P2PLink(
+            gpu_a=a,
+            gpu_b=b,
+            read=P2P_STATUS.get(read, str(read)) if read is not None else None,
+            write=P2P_STATUS.get(write, str(write)) if write is not None else None,
+            topology=TOPOLOGY_LEVEL.get(level, str(level)) if level is not None else None,
+        )
+
+    def close(self) -> None:
+        if self._pcie_fallback_pool is not None:
+            self._pcie_fallback_pool.shutdown(wait=False)
+        self._system_call("nvmlShutdown")

@@ -1,0 +1,41 @@
+"""Choose the hardware: real GPUs through NVML, or a simulated rig."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpumix.hw.nvml_backend import NvmlBackend
+from gpumix.sim.machine import SimMachine
+from gpumix.sim.nvml import SimNvml
+from gpumix.sim.rig import DEMO_RIG, Rig, load_builtin_rig, load_rig
+
+
+@dataclass
+class Hardware:
+    backend: NvmlBackend
+    source: str  # "nvml" or "sim:RIG"
+    machine: SimMachine | None = None  # the simulated machine, when simulating
+    power_budget_w: float | None = None
+
+
+def open_hardware(
+    demo: bool = False,
+    sim_file: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+) -> Hardware:
+    """Raises NoDriverError (no NVIDIA driver) or RigError (bad rig file), each a one-line message."""
+    if demo or sim_file:
+        rig = load_rig(sim_file) if sim_file else load_builtin_rig(DEMO_RIG)
+        return simulated_hardware(rig, clock=clock, wall_clock=wall_clock)
+    return Hardware(backend=NvmlBackend(clock=clock, wall_clock=wall_clock), source="nvml")
+
+
+def simulated_hardware(
+    rig: Rig, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time
+) -> Hardware:
+    machine = SimMachine(rig, clock=clock)
+    backend = NvmlBackend(nvml=SimNvml(machine), clock=clock, wall_clock=wall_clock)
+    return Hardware(backend=backend, source=f"sim:{rig.name}", machine=machine, power_budget_w=rig.power_budget_w)

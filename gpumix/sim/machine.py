@@ -1,0 +1,190 @@
+"""The simulated machine: the rig's GPUs in motion.
+
+State per GPU: its power cap (settable, as on a real card), what it is doing
+(`GpuActivity`, set by the synthetic job or by the demo ranks), and its
+cumulative PCIe byte counters. Readings follow GeForce behaviour: power
+follows load up to the cap, the link drops to gen1 at idle, throughput is
+concave in the cap. Deterministic under the rig's seed and a given clock.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpumix.hw.pcie import link_bytes_per_s
+from gpumix.sim import job_model
+from gpumix.sim.rig import Rig, SimGpuSpec
+
+GIB = 1024**3
+IDLE_MEM_BYTES = 300 * 1024**2
+AMBIENT_C = 30.0
+
+
+@dataclass
+class GpuActivity:
+    """What a simulated GPU is doing, averaged over a training step."""
+
+    busy_fraction: float = 0.0  # share of time its SMs compute
+    util_pct: float = 0.0
+    pcie_tx_bytes_per_s: float = 0.0
+    pcie_rx_bytes_per_s: float = 0.0
+    mem_used_bytes: int = IDLE_MEM_BYTES
+    pids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SimGpuState:
+    spec: SimGpuSpec
+    power_cap_w: float
+    activity: GpuActivity = field(default_factory=GpuActivity)
+    pcie_tx_total_bytes: float = 0.0
+    pcie_rx_total_bytes: float = 0.0
+    counters_at_s: float | None = None
+
+
+def effective_link_bytes_per_s(rig: Rig, index: int) -> float:
+    """A GPU's usable host link: its own link, or its share of the chipset uplink."""
+    spec = rig.gpus[index]
+    own = (link_bytes_per_s(spec.link_gen_max, spec.link_width_max) or 0.0) * job_model.LINK_EFFICIENCY
+    if not spec.behind_chipset:
+        return own
+    sharing = sum(1 for gpu in rig.gpus if gpu.behind_chipset)
+    return min(own, job_model.CHIPSET_UPLINK_BYTES_PER_S * job_model.LINK_EFFICIENCY / sharing)
+
+
+class SimMachine:
+    """Thread-safe: the sampler thread reads while the demo job or a power control writes."""
+
+    def __init__(self, rig: Rig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rig = rig
+        self.clock = clock
+        self._lock = threading.Lock()
+        self.gpus = [SimGpuState(spec=spec, power_cap_w=spec.model.tdp_w) for spec in rig.gpus]
+        self.faults: dict[tuple[int, str], int] = {}  # (gpu, NVML function) -> NVML error code
+        self.lost: set[int] = set()
+        # Until real ranks (the demo job) drive the GPUs, an equal-split job keeps them busy.
+        self.synthetic_job = True
+
+    def tick(self) -> None:
+        """Called before each sampling round."""
+        if self.synthetic_job:
+            self.run_synthetic_job()
+
+    # -- what drives the GPUs -------------------------------------------------
+
+    def set_activity(self, index: int, activity: GpuActivity) -> None:
+        with self._lock:
+            self._advance_counters(index)
+            self.gpus[index].activity = activity
+
+    def run_synthetic_job(self, samples_per_rank: int = 64) -> None:
+        """An equal-split data-parallel job on every GPU: the picture a mixed box shows
+        before any re-planning (fast cards wait for the slow ones in the all-reduce)."""
+        loads = self.rank_loads([samples_per_rank] * len(self.gpus))
+        timing = job_model.step_timing(loads)
+        for index in range(len(self.gpus)):
+            self.set_activity(index, activity_for_step(timing, index, samples_per_rank, len(self.gpus)))
+
+    def rank_loads(self, samples: list[int]) -> list[job_model.RankLoad]:
+        return [
+            job_model.RankLoad(
+                relative_speed=gpu.spec.model.relative_speed,
+                power_factor=job_model.power_factor(gpu.power_cap_w, gpu.spec.model.tdp_w),
+                link_bytes_per_s=effective_link_bytes_per_s(self.rig, index),
+                samples=n,
+            )
+            for index, (gpu, n) in enumerate(zip(self.gpus, samples, strict=True))
+        ]
+
+    # -- power caps (as nvmlDeviceSetPowerManagementLimit) ---------------------
+
+    def set_power_cap_w(self, index: int, watts: float) -> None:
+        with self._lock:
+            self.gpus[index].power_cap_w = watts
+
+    # -- readings ---------------------------------------------------------------
+
+    def _noise(self, index: int, what: str, spread: float) -> float:
+        """Deterministic jitter: the same seed and second give the same readings."""
+        second = int(self.clock())
+        rng = random.Random(f"{self.rig.seed}:{index}:{what}:{second}")
+        return 1.0 + rng.uniform(-spread, spread)
+
+    def power_demand_w(self, index: int) -> float:
+        gpu = self.gpus[index]
+        model = gpu.spec.model
+        # Unconstrained, a card under full training load would draw ~10 % above its TDP.
+        return model.idle_power_w + (1.1 * model.tdp_w - model.idle_power_w) * gpu.activity.busy_fraction
+
+    def power_w(self, index: int) -> float:
+        demand = self.power_demand_w(index) * self._noise(index, "power", 0.02)
+        return min(demand, self.gpus[index].power_cap_w)
+
+    def power_capped(self, index: int) -> bool:
+        return self.power_demand_w(index) > self.gpus[index].power_cap_w
+
+    def util_pct(self, index: int) -> float:
+        util = self.gpus[index].activity.util_pct
+        return max(0.0, min(100.0, round(util * self._noise(index, "util", 0.03))))
+
+    def temperature_c(self, index: int) -> float:
+        model = self.gpus[index].spec.model
+        return round(AMBIENT_C + 52.0 * self.power_w(index) / model.tdp_w)
+
+    def is_busy(self, index: int) -> bool:
+        activity = self.gpus[index].activity
+        return activity.busy_fraction > 0.02 or activity.pcie_rx_bytes_per_s > 1e6
+
+    def link_gen_current(self, index: int) -> int:
+        """GeForce cards drop the link to gen1 at idle (P8) and come back under load."""
+        return self.gpus[index].spec.link_gen_max if self.is_busy(index) else 1
+
+    def sm_clock_mhz(self, index: int) -> int:
+        model = self.gpus[index].spec.model
+        if not self.is_busy(index):
+            return 210
+        if self.power_capped(index):
+            ratio = self.gpus[index].power_cap_w / self.power_demand_w(index)
+            return int(model.sm_clock_max_mhz * ratio**0.5)
+        return model.sm_clock_max_mhz
+
+    def mem_clock_mhz(self, index: int) -> int:
+        return self.gpus[index].spec.model.mem_clock_mhz if self.is_busy(index) else 405
+
+    def pcie_counters(self, index: int) -> tuple[float, float, float]:
+        """(timestamp_s, tx_total_bytes, rx_total_bytes): cumulative, like NVML's fields 197/198."""
+        with self._lock:
+            self._advance_counters(index)
+            gpu = self.gpus[index]
+            return gpu.counters_at_s or 0.0, gpu.pcie_tx_total_bytes, gpu.pcie_rx_total_bytes
+
+    def _advance_counters(self, index: int) -> None:
+        gpu = self.gpus[index]
+        now = self.clock()
+        if gpu.counters_at_s is not None and now > gpu.counters_at_s:
+            elapsed = now - gpu.counters_at_s
+            gpu.pcie_tx_total_bytes += gpu.activity.pcie_tx_bytes_per_s * elapsed
+            gpu.pcie_rx_total_bytes += gpu.activity.pcie_rx_bytes_per_s * elapsed
+        gpu.counters_at_s = now
+
+
+def activity_for_step(
+    timing: job_model.StepTiming, rank: int, samples: int, ranks: int, pids: list[int] | None = None
+) -> GpuActivity:
+    """What a GPU shows while running its share of data-parallel steps of this timing."""
+    busy = timing.busy_fraction(rank)
+    allreduce_share = timing.allreduce_s / timing.step_s if timing.step_s > 0 else 0.0
+    traffic = job_model.allreduce_bytes_per_rank(ranks) / timing.step_s if timing.step_s > 0 else 0.0
+    input_rate = samples * job_model.INPUT_BYTES_PER_SAMPLE / timing.step_s if timing.step_s > 0 else 0.0
+    return GpuActivity(
+        busy_fraction=busy,
+        util_pct=100.0 * min(1.0, busy + job_model.ALLREDUCE_UTIL_SHARE * allreduce_share),
+        pcie_tx_bytes_per_s=traffic,
+        pcie_rx_bytes_per_s=traffic + input_rate,
+        mem_used_bytes=job_model.memory_used_bytes(samples),
+        pids=list(pids or []),
+    )

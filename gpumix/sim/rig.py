@@ -1,0 +1,318 @@
+"""Rig files: a simulated machine of GPUs, described in TOML and validated.
+
+A rig names GPU models from the catalogue (gpumix/rigs/models.toml) or its
+own `[models.KEY]` tables, and lists its GPUs with the PCIe slot each sits
+in. Every error names the file, the line and the field, in one line.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class RigError(ValueError):
+    """A bad rig file: str(error) is the one line the user sees."""
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    key: str
+    name: str  # as NVML names it: "NVIDIA GeForce RTX 3090"
+    mem_gib: float
+    tdp_w: float  # the default power limit
+    power_limit_min_w: float
+    power_limit_max_w: float
+    idle_power_w: float
+    pcie_gen: int  # what the card itself can do
+    pcie_width: int
+    relative_speed: float  # training throughput, RTX 3090 = 1.0
+    sm_clock_max_mhz: int
+    mem_clock_mhz: int
+    has_fan: bool
+    unsupported_calls: tuple[str, ...]  # NVML functions that answer NotSupported on this card
+
+
+@dataclass(frozen=True)
+class SimGpuSpec:
+    model: GpuModel
+    slot_gen: int
+    slot_width: int
+    behind_chipset: bool  # attached through the chipset, not the CPU's own lanes
+    uuid: str
+    pci_bus_id: str
+
+    @property
+    def link_gen_max(self) -> int:
+        return min(self.model.pcie_gen, self.slot_gen)
+
+    @property
+    def link_width_max(self) -> int:
+        return min(self.model.pcie_width, self.slot_width)
+
+
+@dataclass(frozen=True)
+class Rig:
+    name: str
+    description: str
+    seed: int
+    driver_version: str
+    cuda_driver_version: str  # "12.8"
+    power_budget_w: float | None
+    gpus: tuple[SimGpuSpec, ...]
+    source: str  # the file it came from
+
+
+_MODEL_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    # field: (type, required)
+    "name": (str, True),
+    "mem_gib": ((int, float), True),
+    "tdp_w": ((int, float), True),
+    "power_limit_min_w": ((int, float), True),
+    "power_limit_max_w": ((int, float), True),
+    "idle_power_w": ((int, float), False),
+    "pcie_gen": (int, True),
+    "pcie_width": (int, True),
+    "relative_speed": ((int, float), True),
+    "sm_clock_max_mhz": (int, False),
+    "mem_clock_mhz": (int, False),
+    "has_fan": (bool, False),
+    "unsupported_calls": (list, False),
+}
+_GPU_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    "model": (str, True),
+    "slot_gen": (int, False),
+    "slot_width": (int, True),
+    "behind_chipset": (bool, False),
+}
+_TOP_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    "name": (str, True),
+    "description": (str, False),
+    "seed": (int, False),
+    "driver_version": (str, False),
+    "cuda_driver_version": (str, False),
+    "power_budget_w": ((int, float), False),
+    "models": (dict, False),
+    "gpus": (list, True),
+}
+_PCIE_GENS = (1, 2, 3, 4, 5, 6)
+_PCIE_WIDTHS = (1, 2, 4, 8, 16)
+
+
+class _Locator:
+    """Finds the line of a field in the TOML text, for error messages."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+
+    def _header_line(self, pattern: str, occurrence: int = 0) -> int | None:
+        seen = 0
+        for number, line in enumerate(self.lines, start=1):
+            if re.match(pattern, line.strip()):
+                if seen == occurrence:
+                    return number
+                seen += 1
+        return None
+
+    def _field_line(self, start: int, field: str) -> int | None:
+        for number in range(start + 1, len(self.lines) + 1):
+            line = self.lines[number - 1].strip()
+            if line.startswith("["):
+                return None
+            if re.match(rf"{re.escape(field)}\s*=", line):
+                return number
+        return None
+
+    def line(self, table: str | None, field: str | None, occurrence: int = 0) -> int:
+        """Line of `field` in `table` ([[gpus]] #occurrence, [models.KEY], or top level)."""
+        if table is None:
+            start = 0
+        elif table == "gpus":
+            start = self._header_line(r"\[\[\s*gpus\s*\]\]", occurrence) or 0
+        else:
+            key = re.escape(table.split(".", 1)[1])
+            start = self._header_line(rf"\[\s*models\.\"?{key}\"?\s*\]") or 0
+        found = self._field_line(start, field) if field else None
+        return found or start or 1
+
+
+def _check_fields(
+    table: dict[str, Any],
+    spec: dict[str, tuple[type | tuple[type, ...], bool]],
+    where: str,
+    fail: Any,
+) -> None:
+    for field, (kind, required) in spec.items():
+        if field not in table:
+            if required:
+                fail(None, f"{where}: missing field '{field}'")
+            continue
+        value = table[field]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # bool is an int in Python, but `slot_width = true` is a mistake.
+        if not isinstance(value, kinds) or isinstance(value, bool) != (bool in kinds):
+            fail(field, f"{where}.{field}: expected {_kind_name(kind)}, got {value!r}")
+    for field in table:
+        if field not in spec:
+            fail(field, f"{where}.{field}: unknown field")
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "a number", float: "a number", str: "a string", bool: "true or false", list: "a list", dict: "a table"}
+    return " or ".join(dict.fromkeys(names[k] for k in kinds))
+
+
+def _parse_model(key: str, table: dict[str, Any], fail: Any) -> GpuModel:
+    where = f"models.{key}"
+
+    def model_fail(field: str | None, message: str) -> None:
+        fail(where, field, message)
+
+    _check_fields(table, _MODEL_FIELDS, where, model_fail)
+    low, high, tdp = table["power_limit_min_w"], table["power_limit_max_w"], table["tdp_w"]
+    if not 0 < low <= tdp <= high:
+        model_fail("tdp_w", f"{where}: need 0 < power_limit_min_w <= tdp_w <= power_limit_max_w, got {low} / {tdp} / {high}")
+    if table["pcie_gen"] not in _PCIE_GENS:
+        model_fail("pcie_gen", f"{where}.pcie_gen: must be one of {_PCIE_GENS}, got {table['pcie_gen']}")
+    if table["pcie_width"] not in _PCIE_WIDTHS:
+        model_fail("pcie_width", f"{where}.pcie_width: must be one of {_PCIE_WIDTHS}, got {table['pcie_width']}")
+    if table["mem_gib"] <= 0 or table["relative_speed"] <= 0:
+        model_fail("mem_gib", f"{where}: mem_gib and relative_speed must be positive")
+    unsupported = table.get("unsupported_calls", [])
+    if not all(isinstance(call, str) and call.startswith("nvml") for call in unsupported):
+        model_fail("unsupported_calls", f"{where}.unsupported_calls: expected NVML function names like 'nvmlDeviceGetFanSpeed'")
+    return GpuModel(
+        key=key,
+        name=table["name"],
+        mem_gib=float(table["mem_gib"]),
+        tdp_w=float(tdp),
+        power_limit_min_w=float(low),
+        power_limit_max_w=float(high),
+        idle_power_w=float(table.get("idle_power_w", tdp * 0.08)),
+        pcie_gen=table["pcie_gen"],
+        pcie_width=table["pcie_width"],
+        relative_speed=float(table["relative_speed"]),
+        sm_clock_max_mhz=table.get("sm_clock_max_mhz", 1900),
+        mem_clock_mhz=table.get("mem_clock_mhz", 9500),
+        has_fan=table.get("has_fan", True),
+        unsupported_calls=tuple(unsupported),
+    )
+
+
+def _load_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        message = str(error)
+        match = re.search(r"\(at line (\d+), column \d+\)", message)
+        line = match.group(1) if match else "1"
+        reason = re.sub(r"\s*\(at line.*\)", "", message)
+        raise RigError(f"{source}:{line}: invalid TOML: {reason}") from None
+
+
+def _catalogue_text() -> str:
+    return resources.files("gpumix.rigs").joinpath("models.toml").read_text()
+
+
+def builtin_models() -> dict[str, GpuModel]:
+    source = "gpumix/rigs/models.toml"
+    data = _load_toml(_catalogue_text(), source)
+    locator = _Locator(_catalogue_text())
+
+    def fail(table: str | None, field: str | None, message: str) -> None:
+        raise RigError(f"{source}:{locator.line(table, field)}: {message}")
+
+    return {key: _parse_model(key, table, fail) for key, table in data.get("models", {}).items()}
+
+
+def parse_rig(text: str, source: str) -> Rig:
+    """Parse and validate a rig; raise RigError naming file, line and field."""
+    data = _load_toml(text, source)
+    locator = _Locator(text)
+
+    def fail(table: str | None, field: str | None, message: str, occurrence: int = 0) -> None:
+        raise RigError(f"{source}:{locator.line(table, field, occurrence)}: {message}")
+
+    _check_fields(data, _TOP_FIELDS, "rig", lambda field, message: fail(None, field, message.replace("rig.", "", 1)))
+    models = builtin_models()
+    for key, table in data.get("models", {}).items():
+        if not isinstance(table, dict):
+            fail(None, "models", f"models.{key}: expected a table")
+        models[key] = _parse_model(key, table, fail)
+    if not data["gpus"]:
+        fail(None, "gpus", "gpus: a rig needs at least one [[gpus]] entry")
+    seed = data.get("seed", 0)
+    specs = []
+    for number, table in enumerate(data["gpus"]):
+        where = f"gpus[{number}]"
+
+        def gpu_fail(field: str | None, message: str, number: int = number) -> None:
+            fail("gpus", field, message, number)
+
+        _check_fields(table, _GPU_FIELDS, where, gpu_fail)
+        model = models.get(table["model"])
+        if model is None:
+            known = ", ".join(sorted(models))
+            gpu_fail("model", f"{where}.model: unknown model '{table['model']}' (known: {known})")
+        slot_gen = table.get("slot_gen", model.pcie_gen)
+        if slot_gen not in _PCIE_GENS:
+            gpu_fail("slot_gen", f"{where}.slot_gen: must be one of {_PCIE_GENS}, got {slot_gen}")
+        if table["slot_width"] not in _PCIE_WIDTHS:
+            gpu_fail("slot_width", f"{where}.slot_width: must be one of {_PCIE_WIDTHS}, got {table['slot_width']}")
+        specs.append(
+            SimGpuSpec(
+                model=model,
+                slot_gen=slot_gen,
+                slot_width=table["slot_width"],
+                behind_chipset=table.get("behind_chipset", False),
+                uuid=_sim_uuid(seed, number),
+                pci_bus_id=f"00000000:{0x10 + number * 0x10:02X}:00.0",
+            )
+        )
+    budget = data.get("power_budget_w")
+    if budget is not None and budget <= 0:
+        fail(None, "power_budget_w", f"power_budget_w: must be positive, got {budget}")
+    return Rig(
+        name=data["name"],
+        description=data.get("description", ""),
+        seed=seed,
+        driver_version=data.get("driver_version", "570.153.02"),
+        cuda_driver_version=data.get("cuda_driver_version", "12.8"),
+        power_budget_w=float(budget) if budget is not None else None,
+        gpus=tuple(specs),
+        source=source,
+    )
+
+
+def _sim_uuid(seed: int, number: int) -> str:
+    """Stable, UUID-shaped, and obviously simulated."""
+    return f"GPU-51a1a7ed-{seed % 0x10000:04x}-{number:04x}-{(seed * 7919 + number) % 16**12:012x}"
+
+
+def load_rig(path: str | Path) -> Rig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise RigError(f"{path}: cannot read rig file: {error.strerror or error}") from None
+    return parse_rig(text, str(path))
+
+
+BUILTIN_RIGS = {"mixed-10": "mixed10.toml", "5070ti-x2": "rtx5070ti_x2.toml", "4090-x2-desktop": "rtx4090_x2_desktop.toml"}
+DEMO_RIG = "mixed-10"
+
+
+def load_builtin_rig(name: str) -> Rig:
+    filename = BUILTIN_RIGS[name]
+    text = resources.files("gpumix.rigs").joinpath(filename).read_text()
+    return parse_rig(text, f"gpumix/rigs/{filename}")

@@ -1,0 +1,102 @@
+"""The snapshot: one JSON-ready dict with everything a client shows.
+
+Top-level keys: `gpus`, `host`, `p2p`, `ranks`, `findings`, `plan` (the
+last three are filled by later features). Units sit in key names. The TUI,
+`--once --json` and remote clients all read this same shape.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import asdict
+from typing import Any
+
+from gpumix.host import HostSample, ProcessSample
+from gpumix.hw.pcie import link_bytes_per_s
+from gpumix.hw.types import DriverInfo, GpuInfo, GpuSample, P2PLink
+
+SNAPSHOT_VERSION = 1
+# A link is judged only under load: GeForce cards drop to gen1 at idle (P8).
+UNDER_LOAD_UTIL_PCT = 30.0
+UNDER_LOAD_PCIE_BYTES_PER_S = 1e9
+
+
+def under_load(sample: GpuSample) -> bool:
+    util = sample.util_gpu_pct or 0.0
+    pcie = max(sample.pcie_rx_bytes_per_s or 0.0, sample.pcie_tx_bytes_per_s or 0.0)
+    return util >= UNDER_LOAD_UTIL_PCT or pcie >= UNDER_LOAD_PCIE_BYTES_PER_S
+
+
+def _share(rate: float | None, limit: float | None) -> float | None:
+    if rate is None or not limit:
+        return None
+    return rate / limit
+
+
+def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample]) -> dict[str, Any]:
+    """Static facts, the tick's readings and what follows from them, for one GPU."""
+    row: dict[str, Any] = {
+        **asdict(info),
+        "model": info.model,
+        "tier": info.tier,
+        **sample.to_json(),
+    }
+    link_now = link_bytes_per_s(sample.pcie_link_gen_current, sample.pcie_link_width_current)
+    row["pcie_link_bytes_per_s_current"] = link_now
+    row["pcie_link_bytes_per_s_max"] = link_bytes_per_s(info.pcie_gen_max, info.pcie_width_max)
+    row["pcie_rx_link_share"] = _share(sample.pcie_rx_bytes_per_s, link_now)
+    row["pcie_tx_link_share"] = _share(sample.pcie_tx_bytes_per_s, link_now)
+    row["under_load"] = under_load(sample)
+    below_max = (
+        sample.pcie_link_gen_current is not None
+        and info.pcie_gen_max is not None
+        and sample.pcie_link_gen_current < info.pcie_gen_max
+    ) or (
+        sample.pcie_link_width_current is not None
+        and info.pcie_width_max is not None
+        and sample.pcie_link_width_current < info.pcie_width_max
+    )
+    row["pcie_link_below_max_under_load"] = bool(below_max and row["under_load"])
+    # The slot holds the card back (an x4 riser under an x16 card), whatever the load.
+    row["pcie_slot_limits_card"] = bool(
+        info.pcie_width_max is not None and info.pcie_width_max < 16 and not sample.lost
+    )
+    row["processes"] = [
+        {**asdict(proc), **_process_fields(processes.get(proc.pid))} for proc in sample.processes
+    ]
+    return row
+
+
+def _process_fields(process: ProcessSample | None) -> dict[str, Any]:
+    if process is None:
+        return {"name": None, "user": None, "cpu_pct": None, "rss_bytes": None, "command": None}
+    fields = asdict(process)
+    fields.pop("pid")
+    return fields
+
+
+def build_snapshot(
+    *,
+    timestamp_s: float,
+    source: str,
+    driver: DriverInfo,
+    infos: list[GpuInfo],
+    samples: list[GpuSample],
+    host: HostSample | None,
+    processes: dict[int, ProcessSample],
+    p2p: list[P2PLink],
+    hostname: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "version": SNAPSHOT_VERSION,
+        "timestamp_s": timestamp_s,
+        "hostname": hostname or socket.gethostname(),
+        "source": source,
+        "driver": asdict(driver),
+        "gpus": [gpu_row(info, sample, processes) for info, sample in zip(infos, samples, strict=True)],
+        "host": host.to_json() if host else None,
+        "p2p": [asdict(link) for link in p2p],
+        "ranks": [],
+        "findings": [],
+        "plan": None,
+    }

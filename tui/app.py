@@ -1,0 +1,164 @@
+"""The gpumix-top Textual app: a client that renders hub snapshots.
+
+Polling follows dolphie's rule: fetch on a worker thread, render on the UI
+thread, and arm the next fetch only after the last one was rendered, so polls
+never pile up and the UI never waits on the hardware.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+from gpumix.tui.gpu_table import GpuTable
+from gpumix.tui.palette import Palette
+from gpumix.tui.panels import detail_text, host_text, title_line
+from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
+from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Static
+
+
+class SnapshotSource(Protocol):
+    """What the app reads: an in-process Hub, or later a client of a remote one."""
+
+    def snapshot(self) -> dict[str, Any] | None: ...
+
+    def series(self, index: int, name: str) -> list[float | None]: ...
+
+
+class GpumixApp(App[None]):
+    TITLE = "gpumix-top"
+    CSS_PATH = "app.tcss"
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="help"),
+        Binding("t", "topology", "P2P/topo", id="topology"),
+        Binding("p", "processes", "Procs", id="processes"),
+        Binding("j", "cursor_down", "Down", show=False, id="down"),
+        Binding("k", "cursor_up", "Up", show=False, id="up"),
+    ]
+
+    def __init__(self, source: SnapshotSource, interval_s: float = 1.0, theme: str | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.interval_s = interval_s
+        self.snapshot: dict[str, Any] | None = None
+        self.renders = 0
+        self._requested_theme = theme
+        self._palette: Palette | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield GpuTable(id="gpus")
+        yield Static(id="detail-spacer")
+        yield Static(id="detail")
+        yield Static(id="host")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        loaded = load_themes()
+        for theme in loaded.themes:
+            self.register_theme(theme)
+        for error in loaded.errors:
+            self.notify(f"theme skipped: {error}", severity="warning", timeout=8)
+        wanted = self._requested_theme or (NO_COLOR_THEME if os.environ.get("NO_COLOR") is not None or self.no_color else DEFAULT_THEME)
+        if wanted not in self.available_themes:
+            self.notify(f"unknown theme '{wanted}', using {DEFAULT_THEME}", severity="warning")
+            wanted = DEFAULT_THEME
+        self.theme = wanted
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self._palette = Palette.from_theme(self.current_theme)
+        self.query_one(GpuTable).focus()
+        self.fetch()
+
+    def _theme_changed(self, theme: Any) -> None:
+        self._palette = Palette.from_theme(self.current_theme)
+        self.query_one(GpuTable).forget_styles()
+        if self.snapshot is not None:
+            self.render_snapshot(self.snapshot)
+
+    # -- polling ---------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="poll")
+    def fetch(self) -> None:
+        snapshot = self.source.snapshot()
+        self.call_from_thread(self._received, snapshot)
+
+    def _received(self, snapshot: dict[str, Any] | None) -> None:
+        try:
+            if snapshot is not None and snapshot is not self.snapshot:
+                self.snapshot = snapshot
+                self.render_snapshot(snapshot)
+        finally:
+            self.set_timer(self.interval_s, self.fetch)
+
+    def render_snapshot(self, snapshot: dict[str, Any]) -> None:
+        screen = self.screen
+        if isinstance(screen, TopologyScreen | ProcessesScreen):
+            screen.show(snapshot)
+            return
+        if isinstance(screen, GpuChartsScreen):
+            screen.show(snapshot, self.source.series, self.interval_s)
+            return
+        if screen is not self.screen_stack[0]:
+            return  # a modal is open: skip the repaint behind it
+        with self.batch_update():
+            table = self.query_one(GpuTable)
+            table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme))
+            self.query_one("#title", Static).update(title_line(snapshot))
+            self._show_detail()
+            self.query_one("#host", Static).update(host_text(snapshot["host"], self.size.width - 2))
+        self.renders += 1
+
+    def _show_detail(self) -> None:
+        if self.snapshot is None:
+            return
+        uuid = self.query_one(GpuTable).selected_uuid
+        gpu = next((g for g in self.snapshot["gpus"] if g["uuid"] == uuid), None)
+        if gpu is not None:
+            self.query_one("#detail", Static).update(detail_text(gpu, self.source.series, self.size.width - 2))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_charts()
+
+    # -- actions ------------------------------------------------------------------
+
+    @property
+    def selected_uuid(self) -> str | None:
+        return self.query_one(GpuTable).selected_uuid
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_topology(self) -> None:
+        screen = TopologyScreen()
+        self.push_screen(screen)
+        if self.snapshot is not None:
+            screen.show(self.snapshot)
+
+    def action_processes(self) -> None:
+        screen = ProcessesScreen()
+        self.push_screen(screen)
+        if self.snapshot is not None:
+            self.call_after_refresh(screen.show, self.snapshot)
+
+    def action_charts(self) -> None:
+        uuid = self.selected_uuid
+        if uuid is None:
+            return
+        screen = GpuChartsScreen(uuid)
+        self.push_screen(screen)
+        if self.snapshot is not None:
+            self.call_after_refresh(screen.show, self.snapshot, self.source.series, self.interval_s)
+
+    def action_cursor_down(self) -> None:
+        self.query_one(GpuTable).action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        self.query_one(GpuTable).action_cursor_up()

@@ -1,0 +1,117 @@
+"""The GPU table: one row per GPU, cells rewritten only when their text changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumix.tui import format as fmt
+from gpumix.tui.palette import Palette
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import DataTable
+
+# (key, label, width): fixed widths keep columns still, so a tick rewrites only changed cells.
+COLUMNS = (
+    ("index", "#", 2),
+    ("tier", "GPU", 9),
+    ("util", "Util", 4),
+    ("mem", "Mem", 8),
+    ("power", "Power", 9),
+    ("temp", "Temp", 4),
+    ("throttle", "Thr", 4),
+    ("link", "PCIe link", 10),
+    ("rx", "RX/s", 5),
+    ("tx", "TX/s", 5),
+    ("link_share", "Lnk%", 4),
+)
+THROTTLE_SHORT = {"power cap": "pwr", "SW thermal": "thm", "HW thermal": "thm", "HW slowdown": "hw", "power brake": "brk", "idle": "idle"}
+
+
+def short_tier(tier: str) -> str:
+    """'RTX 3090 24G' -> '3090 24G': the table is 80 columns wide."""
+    return tier.removeprefix("RTX ").removeprefix("GeForce ")
+
+
+def throttle_label(reasons: list[str] | None) -> str:
+    if reasons is None:
+        return fmt.NA
+    for reason in ("HW slowdown", "power brake", "HW thermal", "SW thermal", "power cap", "idle"):
+        if reason in reasons:
+            return THROTTLE_SHORT[reason]
+    return "-"
+
+
+def link_label(gpu: dict[str, Any]) -> str:
+    now = fmt.link(gpu["pcie_link_gen_current"], gpu["pcie_link_width_current"])
+    top = fmt.link(gpu["pcie_gen_max"], gpu["pcie_width_max"])
+    flag = "!" if gpu["pcie_link_below_max_under_load"] else ""
+    return f"{now}/{top}{flag}"
+
+
+def row_cells(gpu: dict[str, Any], palette: Palette) -> dict[str, Text]:
+    """The text of each cell of one GPU's row, styled where it flags something."""
+    cells: dict[str, tuple[str, Any]] = {"index": (str(gpu["index"]), None), "tier": (short_tier(gpu["tier"]), None)}
+    if gpu["lost"]:
+        cells["util"] = ("LOST", palette.error)
+        for key, _, _ in COLUMNS[3:]:
+            cells[key] = ("", None)
+    else:
+        util = gpu["util_gpu_pct"]
+        share = max((s for s in (gpu["pcie_rx_link_share"], gpu["pcie_tx_link_share"]) if s is not None), default=None)
+        throttle = throttle_label(gpu["clock_event_reasons"])
+        cells.update(
+            util=(fmt.pct(util), palette.warning if util is not None and util < 50 else None),
+            mem=(fmt.mem_used_total(gpu["mem_used_bytes"], gpu["mem_total_bytes"]), None),
+            power=(fmt.power_draw_cap(gpu["power_w"], gpu["power_cap_w"]), None),
+            temp=(fmt.celsius(gpu["temperature_c"]), palette.warning if (gpu["temperature_c"] or 0) >= 83 else None),
+            throttle=(throttle, palette.warning if throttle in ("thm", "hw", "brk") else None),
+            link=(link_label(gpu), palette.warning if gpu["pcie_link_below_max_under_load"] else None),
+            rx=(fmt.rate(gpu["pcie_rx_bytes_per_s"]), None),
+            tx=(fmt.rate(gpu["pcie_tx_bytes_per_s"]), None),
+            link_share=(fmt.pct(share * 100 if share is not None else None), palette.warning if (share or 0) >= 0.8 else None),
+        )
+    widths = {key: width for key, _, width in COLUMNS}
+    return {key: Text(f" {text:>{widths[key]}}", style=style or "") for key, (text, style) in cells.items()}
+
+
+class GpuTable(DataTable):
+    """Rows keyed by GPU UUID, columns by name: `update_cell` touches only what changed."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Charts", id="gpus.charts")]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", cell_padding=0, zebra_stripes=False, **kwargs)
+        self._shown: dict[tuple[str, str], str] = {}  # (uuid, column) -> plain text on screen
+        self._shown_styles: dict[tuple[str, str], str] = {}
+
+    def on_mount(self) -> None:
+        for key, label, width in COLUMNS:
+            self.add_column(f" {label:>{width}}", key=key, width=width + 1)
+
+    def show(self, gpus: list[dict[str, Any]], palette: Palette) -> None:
+        for gpu in gpus:
+            uuid = gpu["uuid"]
+            cells = row_cells(gpu, palette)
+            if uuid not in self.rows:
+                self.add_row(*(cells[key] for key, _, _ in COLUMNS), key=uuid)
+                for key, _, _ in COLUMNS:
+                    self._shown[(uuid, key)] = cells[key].plain
+                    self._shown_styles[(uuid, key)] = str(cells[key].style)
+                continue
+            for key, text in cells.items():
+                plain, style = text.plain, str(text.style)
+                if self._shown.get((uuid, key)) != plain or self._shown_styles.get((uuid, key)) != style:
+                    self.update_cell(uuid, key, text)
+                    self._shown[(uuid, key)] = plain
+                    self._shown_styles[(uuid, key)] = style
+
+    def forget_styles(self) -> None:
+        """After a theme change every styled cell must be rewritten."""
+        self._shown_styles.clear()
+
+    @property
+    def selected_uuid(self) -> str | None:
+        if not self.row_count:
+            return None
+        row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
+        return row_key.value

@@ -1,0 +1,86 @@
+"""One-line title, the selected GPU's detail, and the host panel: text built from a snapshot."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpumix.tui import format as fmt
+
+SeriesFn = Callable[[int, str], list[float | None]]
+
+
+def title_line(snapshot: dict[str, Any]) -> str:
+    driver = snapshot["driver"]
+    gpus = [gpu for gpu in snapshot["gpus"] if not gpu["lost"]]
+    draw = sum(gpu["power_w"] or 0 for gpu in gpus)
+    caps = sum(gpu["power_cap_w"] or 0 for gpu in gpus)
+    budget = snapshot.get("power_budget_w")
+    power = f"Σ {draw:.0f}/{caps:.0f} W" + (f" budget {budget:.0f}" if budget else "")
+    clock = time.strftime("%H:%M:%S", time.localtime(snapshot["timestamp_s"]))
+    return (
+        f"{snapshot['hostname']} · {snapshot['source']} · driver {driver['driver_version'] or fmt.NA}"
+        f" · CUDA {driver['cuda_driver_version'] or fmt.NA} · {power} · {clock}"
+    )
+
+
+def _fit(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, spark_width: int = 15) -> str:
+    """Five lines for the selected GPU, with history sparklines, and its processes."""
+    index = gpu["index"]
+    head = f"GPU {index} {gpu['name']} · {gpu['pci_bus_id'] or fmt.NA} · {gpu['uuid']}"
+    if gpu["lost"]:
+        lines = [head, " GPU is lost (NVML: GPU is lost): it fell off the bus or needs a reset."]
+        return "\n".join(_fit(line, width) for line in lines)
+    link_top = gpu["pcie_link_bytes_per_s_max"] or None
+    util = fmt.spark(series(index, "util_gpu_pct"), spark_width, top=100)
+    power = fmt.spark(series(index, "power_w"), spark_width, top=gpu["power_cap_w"] or None)
+    rx = fmt.spark(series(index, "pcie_rx_bytes_per_s"), spark_width, top=link_top)
+    tx = fmt.spark(series(index, "pcie_tx_bytes_per_s"), spark_width, top=link_top)
+    reasons = ", ".join(gpu["clock_event_reasons"] or []) or "none"
+    replays = gpu["pcie_replay_count"] if gpu["pcie_replay_count"] is not None else fmt.NA
+    energy = fmt.NA if gpu["energy_j"] is None else f"{gpu['energy_j'] / 1000:.1f} kJ"
+    lines = [
+        head,
+        f" util {util} {fmt.pct(gpu['util_gpu_pct']):>4}   power {power} {fmt.power_draw_cap(gpu['power_w'], gpu['power_cap_w'])}"
+        f" ({fmt.watts(gpu['power_limit_min_w'])}–{fmt.watts(gpu['power_limit_max_w'])},"
+        f" def {fmt.watts(gpu['power_limit_default_w'])})",
+        f" rx   {rx} {fmt.rate(gpu['pcie_rx_bytes_per_s']):>4}   tx    {tx} {fmt.rate(gpu['pcie_tx_bytes_per_s']):>4}/s"
+        f"  link {fmt.link(gpu['pcie_link_gen_current'], gpu['pcie_link_width_current'])}"
+        f" max {fmt.link(gpu['pcie_gen_max'], gpu['pcie_width_max'])} card g{gpu['pcie_gen_max_gpu'] or '?'}",
+        f" SM {fmt.mhz(gpu['clock_sm_mhz'])} MHz · mem {fmt.mhz(gpu['clock_mem_mhz'])} MHz · fan {fmt.pct(gpu['fan_pct'])}"
+        f" · held by: {reasons} · replays {replays} · {energy}",
+        " procs: " + process_summary(gpu["processes"]),
+    ]
+    return "\n".join(_fit(line, width) for line in lines)
+
+
+def process_summary(processes: list[dict[str, Any]]) -> str:
+    if not processes:
+        return "none"
+    parts = []
+    for proc in processes[:4]:
+        parts.append(
+            f"{proc['pid']} {proc['name'] or '?'} {fmt.pct(proc['cpu_pct'])} cpu"
+            f" {fmt.gib(proc['rss_bytes'])}G rss {fmt.gib(proc['gpu_mem_bytes'])}G gpu"
+        )
+    more = f" +{len(processes) - 4} more" if len(processes) > 4 else ""
+    return " · ".join(parts) + more
+
+
+def host_text(host: dict[str, Any] | None, width: int = 78) -> str:
+    if host is None:
+        return "host: N/A"
+    cores = host["cpu_per_core_pct"]
+    bars = fmt.spark(cores, min(len(cores), max(8, width - 40)), top=100)
+    load = " ".join(f"{value:.1f}" for value in host["load_avg"])
+    return (
+        f"CPU {host['cpu_pct']:3.0f}% {bars} ({len(cores)} cores)  load {load}\n"
+        f"RAM {fmt.mem_used_total(host['mem_used_bytes'], host['mem_total_bytes'])} "
+        f"{fmt.bar(host['mem_used_bytes'] / host['mem_total_bytes'], 10)}  "
+        f"swap {fmt.mem_used_total(host['swap_used_bytes'], host['swap_total_bytes'])}"
+    )

@@ -1,0 +1,147 @@
+"""Secondary screens: help, P2P/topology, processes, and one GPU's history charts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotext
+from gpumix.tui import format as fmt
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Static
+
+from gpumix.topology import topology_text
+
+HELP_TEXT = """\
+[b]gpumix-top[/b] — GPUs of a mixed box, their links and power, beside training.
+
+[b]Keys[/b]
+  ↑/↓ or j/k   select a GPU            enter   history charts of the GPU
+  t            P2P and topology        p       processes on the GPUs
+  ctrl+p       command palette (themes: "Change theme")
+  ?            this help               q       quit (esc closes a screen)
+
+[b]GPU table[/b]
+  Util     GPU utilization (nvidia-smi utilization.gpu); below 50 % is flagged
+  Mem      memory used / total        Power   draw / cap in W
+  Thr      why clocks are held: pwr (power cap), thm (thermal), hw, idle, - none
+  Link     PCIe gen x width now / max for card and slot together;
+           '!' = below max under load (at idle a drop to gen1 is normal)
+  RX/TX    PCIe bytes per second      Lnk%    busier direction, share of link
+  N/A      the driver does not report it for this card
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close", id="help.close"),
+        Binding("question_mark", "dismiss", "Close", show=False),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 78; max-height: 22; border: round $primary; background: $surface; padding: 0 1; }
+    """
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(HELP_TEXT, id="help-text")
+
+
+class TopologyScreen(Screen[None]):
+    BINDINGS = [Binding("escape,t", "app.pop_screen", "Back", id="topology.back")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="topology-text")
+        yield Footer()
+
+    def show(self, snapshot: dict[str, Any]) -> None:
+        self.query_one("#topology-text", Static).update(Text(topology_text(snapshot)))
+
+
+class ProcessesScreen(Screen[None]):
+    BINDINGS = [Binding("escape,p", "app.pop_screen", "Back", id="processes.back")]
+    COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("gpu_mem", "GPU mem"),
+               ("cpu", "CPU%"), ("rss", "RSS"), ("command", "Command"))
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="processes", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for key, label in self.COLUMNS:
+            table.add_column(label, key=key)
+
+    def show(self, snapshot: dict[str, Any]) -> None:
+        table = self.query_one(DataTable)
+        rows = {}
+        for gpu in snapshot["gpus"]:
+            for proc in gpu["processes"]:
+                rows[f"{gpu['index']}:{proc['pid']}"] = (
+                    str(gpu["index"]), str(proc["pid"]), proc["user"] or fmt.NA,
+                    fmt.gib(proc["gpu_mem_bytes"]) + "G", fmt.pct(proc["cpu_pct"]),
+                    fmt.gib(proc["rss_bytes"]) + "G", (proc["command"] or proc["name"] or fmt.NA)[:60],
+                )
+        for key in [row.value for row in table.rows if row.value not in rows]:
+            table.remove_row(key)
+        for key, cells in rows.items():
+            if key in table.rows:
+                for (column, _), value in zip(self.COLUMNS, cells, strict=True):
+                    if table.get_cell(key, column) != value:
+                        table.update_cell(key, column, value)
+            else:
+                table.add_row(*cells, key=key)
+
+
+CHARTS = (
+    ("util_gpu_pct", "Utilization %", 1.0),
+    ("power_w", "Power W", 1.0),
+    ("pcie_rx_bytes_per_s", "PCIe RX GB/s", 1e-9),
+    ("pcie_tx_bytes_per_s", "PCIe TX GB/s", 1e-9),
+    ("mem_used_bytes", "Memory GiB", 1 / 1024**3),
+)
+
+
+def chart(values: list[float | None], title: str, width: int, height: int, interval_s: float) -> str:
+    """One plotext line chart as text; x is seconds before now."""
+    known = [(i, v) for i, v in enumerate(values) if v is not None]
+    plotext.clear_figure()
+    plotext.plotsize(width, height)
+    plotext.theme("clear")
+    plotext.title(title)
+    if known:
+        last = len(values) - 1
+        plotext.plot([(i - last) * interval_s for i, _ in known], [v for _, v in known], marker="braille")
+    return plotext.build()
+
+
+class GpuChartsScreen(Screen[None]):
+    """History of one GPU: utilization, power, PCIe RX/TX, memory, over the kept minutes."""
+
+    BINDINGS = [Binding("escape,enter", "app.pop_screen", "Back", id="charts.back")]
+
+    def __init__(self, uuid: str) -> None:
+        super().__init__()
+        self.uuid = uuid
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(id="charts-title")
+            for name, _, _ in CHARTS:
+                yield Static(id=f"chart-{name}")
+        yield Footer()
+
+    def show(self, snapshot: dict[str, Any], series: Any, interval_s: float) -> None:
+        gpu = next((g for g in snapshot["gpus"] if g["uuid"] == self.uuid), None)
+        if gpu is None:
+            return
+        self.query_one("#charts-title", Static).update(f"GPU {gpu['index']} {gpu['tier']} — last {len(series(gpu['index'], 'power_w'))} samples")
+        width = max(40, self.size.width - 2)
+        for name, title, scale in CHARTS:
+            values = [v * scale if v is not None else None for v in series(gpu["index"], name)]
+            self.query_one(f"#chart-{name}", Static).update(Text.from_ansi(chart(values, title, width, 10, interval_s)))
