@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Static
+
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
 from gpumix.tui.panels import detail_text, host_text, title_line
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
-from textual import work
-from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Static
 
 
 class SnapshotSource(Protocol):
@@ -110,7 +111,7 @@ class GpumixApp(App[None]):
             table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme))
             self.query_one("#title", Static).update(title_line(snapshot))
             self._show_detail()
-            self.query_one("#host", Static).update(host_text(snapshot["host"], self.size.width - 2))
+            self.query_one("#host", Static).update(host_text(snapshot, self.size.width - 2))
         self.renders += 1
 
     def _show_detail(self) -> None:
@@ -140,7 +141,7 @@ class GpumixApp(App[None]):
         screen = TopologyScreen()
         self.push_screen(screen)
         if self.snapshot is not None:
-            screen.show(self.snapshot)
+            self.call_after_refresh(screen.show, self.snapshot)
 
     def action_processes(self) -> None:
         screen = ProcessesScreen()

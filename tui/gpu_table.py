@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumix.tui import format as fmt
-from gpumix.tui.palette import Palette
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
+
+from gpumix.tui import format as fmt
+from gpumix.tui.palette import Palette
 
 # (key, label, width): fixed widths keep columns still, so a tick rewrites only changed cells.
 COLUMNS = (

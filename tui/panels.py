@@ -13,16 +13,20 @@ SeriesFn = Callable[[int, str], list[float | None]]
 
 def title_line(snapshot: dict[str, Any]) -> str:
     driver = snapshot["driver"]
+    clock = time.strftime("%H:%M:%S", time.localtime(snapshot["timestamp_s"]))
+    return (
+        f"{snapshot['hostname']} · {snapshot['source']} · {len(snapshot['gpus'])} GPUs"
+        f" · driver {driver['driver_version'] or fmt.NA} · CUDA {driver['cuda_driver_version'] or fmt.NA} · {clock}"
+    )
+
+
+def power_line(snapshot: dict[str, Any]) -> str:
+    """GPU power drawn and capped, summed, against the machine's budget."""
     gpus = [gpu for gpu in snapshot["gpus"] if not gpu["lost"]]
     draw = sum(gpu["power_w"] or 0 for gpu in gpus)
     caps = sum(gpu["power_cap_w"] or 0 for gpu in gpus)
     budget = snapshot.get("power_budget_w")
-    power = f"Σ {draw:.0f}/{caps:.0f} W" + (f" budget {budget:.0f}" if budget else "")
-    clock = time.strftime("%H:%M:%S", time.localtime(snapshot["timestamp_s"]))
-    return (
-        f"{snapshot['hostname']} · {snapshot['source']} · driver {driver['driver_version'] or fmt.NA}"
-        f" · CUDA {driver['cuda_driver_version'] or fmt.NA} · {power} · {clock}"
-    )
+    return f"GPU Σ {draw:.0f}/{caps:.0f} W" + (f" budget {budget:.0f}" if budget else "")
 
 
 def _fit(line: str, width: int) -> str:
@@ -72,9 +76,10 @@ def process_summary(processes: list[dict[str, Any]]) -> str:
     return " · ".join(parts) + more
 
 
-def host_text(host: dict[str, Any] | None, width: int = 78) -> str:
+def host_text(snapshot: dict[str, Any], width: int = 78) -> str:
+    host = snapshot["host"]
     if host is None:
-        return "host: N/A"
+        return "host: N/A\n" + power_line(snapshot)
     cores = host["cpu_per_core_pct"]
     bars = fmt.spark(cores, min(len(cores), max(8, width - 40)), top=100)
     load = " ".join(f"{value:.1f}" for value in host["load_avg"])
@@ -82,5 +87,5 @@ def host_text(host: dict[str, Any] | None, width: int = 78) -> str:
         f"CPU {host['cpu_pct']:3.0f}% {bars} ({len(cores)} cores)  load {load}\n"
         f"RAM {fmt.mem_used_total(host['mem_used_bytes'], host['mem_total_bytes'])} "
         f"{fmt.bar(host['mem_used_bytes'] / host['mem_total_bytes'], 10)}  "
-        f"swap {fmt.mem_used_total(host['swap_used_bytes'], host['swap_total_bytes'])}"
+        f"swap {fmt.mem_used_total(host['swap_used_bytes'], host['swap_total_bytes'])}  {power_line(snapshot)}"
     )

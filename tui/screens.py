@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import plotext
-from gpumix.tui import format as fmt
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,6 +13,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
 from gpumix.topology import topology_text
+from gpumix.tui import format as fmt
 
 HELP_TEXT = """\
 [b]gpumix-top[/b] — GPUs of a mixed box, their links and power, beside training.

@@ -243,7 +243,7 @@ def parse_rig(text: str, source: str) -> Rig:
     def fail(table: str | None, field: str | None, message: str, occurrence: int = 0) -> None:
         raise RigError(f"{source}:{locator.line(table, field, occurrence)}: {message}")
 
-    _check_fields(data, _TOP_FIELDS, "rig", lambda field, message: fail(None, field, message.replace("rig.", "", 1)))
+    _check_fields(data, _TOP_FIELDS, "rig", lambda field, message: fail(None, field, message.removeprefix("rig.").removeprefix("rig: ")))
     models = builtin_models()
     for key, table in data.get("models", {}).items():
         if not isinstance(table, dict):

@@ -1,0 +1,72 @@
+"""Shared fixtures: a manual clock, the simulated rig, and a hub on a fixed host."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpumix.host import HostSample, HostSampler, ProcessSample
+from gpumix.hub import Hub
+from gpumix.hw.open import Hardware, simulated_hardware
+from gpumix.sim.rig import load_builtin_rig
+
+
+class ManualClock:
+    """Time that moves only when the test says so."""
+
+    def __init__(self, start_s: float = 1_000.0) -> None:
+        self.now_s = start_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+
+class FixedHostSampler(HostSampler):
+    """The simulated rig's host: fixed readings, so screens are deterministic."""
+
+    def __init__(self) -> None:
+        pass
+
+    def sample(self) -> HostSample:
+        return HostSample(
+            cpu_pct=37.5,
+            cpu_per_core_pct=[10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 20.0],
+            mem_used_bytes=48 * 1024**3,
+            mem_total_bytes=128 * 1024**3,
+            swap_used_bytes=0,
+            swap_total_bytes=8 * 1024**3,
+            load_avg=[6.5, 6.1, 5.9],
+        )
+
+    def processes(self, pids: set[int]) -> dict[int, ProcessSample]:
+        return {
+            pid: ProcessSample(pid=pid, name="python", user="trainer", cpu_pct=98.0, rss_bytes=3 * 1024**3, command="python train.py")
+            for pid in pids
+        }
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def demo_hardware(clock: ManualClock) -> Hardware:
+    return simulated_hardware(load_builtin_rig("mixed-10"), clock=clock, wall_clock=lambda: 1_764_500_000.0 + clock())
+
+
+def ticked_hub(hardware: Hardware, clock: ManualClock, ticks: int = 3, interval_s: float = 1.0) -> Hub:
+    """A hub sampled `ticks` times, `interval_s` apart, on the manual clock (no thread)."""
+    hub = Hub(hardware, interval_s=interval_s, host_sampler=FixedHostSampler(), clock=clock,
+              wall_clock=lambda: 1_764_500_000.0 + clock(), hostname="rig01")
+    for _ in range(ticks):
+        hub.tick()
+        clock.advance(interval_s)
+    return hub
+
+
+@pytest.fixture
+def demo_hub(demo_hardware: Hardware, clock: ManualClock) -> Hub:
+    return ticked_hub(demo_hardware, clock)

@@ -1,0 +1,85 @@
+"""The command lines as a user runs them: real processes, one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOP = [sys.executable, "-m", "gpumix.tui.main"]
+TOOL = [sys.executable, "-m", "gpumix.cli"]
+
+
+def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_once_json_demo() -> None:
+    result = run([*TOP, "--demo", "--once", "--json"])
+    assert result.returncode == 0, result.stderr
+    snapshot = json.loads(result.stdout)
+    assert {"gpus", "host", "p2p", "ranks", "findings", "plan"} <= set(snapshot)
+    assert len(snapshot["gpus"]) == 10
+    gpu = snapshot["gpus"][9]
+    assert gpu["name"] == "NVIDIA GeForce RTX 4090" and gpu["pcie_link_gen_current"] == 4
+    assert gpu["pcie_rx_bytes_per_s"] > 0 and gpu["power_w"] <= gpu["power_cap_w"]
+
+
+def test_once_text_with_shipped_sim_rig() -> None:
+    rig = Path(__file__).parents[1] / "gpumix" / "rigs" / "rtx5070ti_x2.toml"
+    result = run([*TOP, "--sim", str(rig), "--once"])
+    assert result.returncode == 0, result.stderr
+    assert "RTX 5070 Ti 16G" in result.stdout and "5x16/5x16" in result.stdout and "4x4/4x4" in result.stdout
+
+
+def test_no_driver_says_so_and_suggests_demo() -> None:
+    result = run([*TOP, "--once"])  # this machine has no NVIDIA driver
+    assert_one_line_error(result, "no NVIDIA driver", "--demo")
+
+
+def test_bad_rig_file(tmp_path: Path) -> None:
+    rig = tmp_path / "bad.toml"
+    rig.write_text('name = "x"\n[[gpus]]\nmodel = "rtx3090"\nslot_width = 12\n')
+    assert_one_line_error(run([*TOP, "--sim", str(rig), "--once"]), f"{rig}:4: gpus[0].slot_width")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--interval", "0"], "must be positive"),
+        (["--interval", "fast"], "not a number"),
+        (["--demo", "--sim", "x.toml"], "not allowed with"),
+        (["--json"], "--json needs --once"),
+    ],
+)
+def test_bad_flags(args: list[str], fragment: str) -> None:
+    assert_one_line_error(run([*TOP, *args]), fragment)
+
+
+def test_tool_rigs_and_topo() -> None:
+    rigs = run([*TOOL, "rigs"])
+    assert rigs.returncode == 0 and "mixed-10" in rigs.stdout and "4090-x2-desktop" in rigs.stdout
+    topo = run([*TOOL, "topo", "--demo", "--json"])
+    links = json.loads(topo.stdout)
+    assert len(links) == 45 and {link["read"] for link in links} == {"GPU not supported"}
+    text = run([*TOOL, "topo", "--demo"]).stdout
+    assert "P2P read" in text and "0 of 45 pairs can use P2P" in text
+
+
+def test_tool_without_subcommand_is_one_line() -> None:
+    assert_one_line_error(run(TOOL), "required")

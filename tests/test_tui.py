@@ -1,0 +1,176 @@
+"""The dashboard under Textual's Pilot: navigation, selection, screens, themes, quit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from gpumix.hub import Hub
+from gpumix.tui.app import GpumixApp
+from gpumix.tui.gpu_table import GpuTable
+from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
+from tests.screen import assert_matches_snapshot, screen_text
+
+SIZE = (80, 24)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no user themes leak in
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
+async def started(pilot, app: GpumixApp) -> None:
+    for _ in range(50):
+        if app.renders:
+            break
+        await pilot.pause(0.02)
+    assert app.renders, "the app never rendered a snapshot"
+
+
+async def test_dashboard_snapshot(demo_hub: Hub) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.pause()
+        assert_matches_snapshot(screen_text(app), "dashboard_80x24")
+
+
+async def test_rows_and_selection_move_the_detail(demo_hub: Hub) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        table = app.query_one(GpuTable)
+        assert table.row_count == 10
+        detail = app.query_one("#detail", Static)
+        assert "GPU 0 NVIDIA GeForce RTX 3060" in str(detail.render())
+        await pilot.press("down", "down", "down")
+        assert app.selected_uuid == demo_hub.snapshot()["gpus"][3]["uuid"]
+        assert "GPU 3 NVIDIA GeForce RTX 3090" in str(detail.render())
+        await pilot.press("j")
+        assert app.selected_uuid == demo_hub.snapshot()["gpus"][4]["uuid"]
+        await pilot.press("k", "k", "k", "k", "k", "k")  # past the top stays at the top
+        assert app.selected_uuid == demo_hub.snapshot()["gpus"][0]["uuid"]
+
+
+async def test_help_opens_and_closes(demo_hub: Hub) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "P2P and topology" in screen_text(app)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("question_mark", "q")  # q closes help, does not quit
+        assert app.is_running and not isinstance(app.screen, HelpScreen)
+
+
+async def test_topology_processes_and_charts_screens(demo_hub: Hub) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("t")
+        assert isinstance(app.screen, TopologyScreen)
+        await pilot.pause()
+        assert "GNS" in screen_text(app) and "PXB" in screen_text(app)
+        await pilot.press("escape", "p")
+        assert isinstance(app.screen, ProcessesScreen)
+        await pilot.press("escape", "down", "enter")
+        assert isinstance(app.screen, GpuChartsScreen)
+        assert app.screen.uuid == demo_hub.snapshot()["gpus"][1]["uuid"]
+        await pilot.pause()
+        assert "Utilization %" in screen_text(app)
+        await pilot.press("escape")
+        assert isinstance(app.screen.query_one(GpuTable), GpuTable)
+
+
+async def test_theme_switch_from_command_palette(demo_hub: Hub) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert app.theme == "gpumix-dark"
+        assert {"gpumix-dark", "gpumix-light", "gpumix-16"} <= set(app.available_themes)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"theme")
+        await pilot.pause(0.3)
+        await pilot.press("enter")  # "Change theme" opens the theme list
+        await pilot.pause(0.3)
+        await pilot.press(*"gpumix-light")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert app.theme == "gpumix-light"
+
+
+async def test_theme_flag_and_no_color(demo_hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = GpumixApp(demo_hub, interval_s=60, theme="gpumix-light")
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert app.theme == "gpumix-light"
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert app.theme == "gpumix-16"
+
+
+async def test_bad_user_theme_is_reported_and_skipped(demo_hub: Hub, tmp_path: Path) -> None:
+    themes = tmp_path / "config" / "gpumix" / "themes"
+    themes.mkdir(parents=True)
+    (themes / "broken.toml").write_text('name = "broken"\nprimary = "not-a-colour"\n')
+    (themes / "mine.toml").write_text('name = "mine"\nprimary = "#ff00ff"\n')
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert "mine" in app.available_themes and "broken" not in app.available_themes
+        messages = [notification.message for notification in app._notifications]
+        assert any("broken.toml: primary: not a colour" in message for message in messages)
+
+
+async def test_unchanged_cells_are_not_rewritten(demo_hub: Hub, clock) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        table = app.query_one(GpuTable)
+        writes: list[tuple] = []
+        original = table.update_cell
+        table.update_cell = lambda *args, **kwargs: (writes.append(args), original(*args, **kwargs))[1]
+        app.render_snapshot(demo_hub.snapshot())  # the same readings again
+        assert writes == []
+        demo_hub.hardware.machine.set_power_cap_w(7, 300)
+        demo_hub.hardware.backend.forget_slow_readings(7)
+        clock.advance(1)
+        app.render_snapshot(demo_hub.tick())
+        changed_rows = {args[0] for args in writes}
+        assert demo_hub.snapshot()["gpus"][7]["uuid"] in changed_rows
+
+
+async def test_quit(demo_hub: Hub) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
+
+
+async def test_polls_keep_coming_without_piling_up(demo_hardware, clock) -> None:
+    hub = Hub(demo_hardware, interval_s=0.05, clock=clock)
+    hub.tick()
+    app = GpumixApp(hub, interval_s=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        for _ in range(5):
+            clock.advance(1)
+            hub.tick()
+            await pilot.pause(0.1)
+        assert app.renders >= 3
+        # one poll worker at a time
+        assert len([w for w in app.workers if w.group == "poll" and w.is_running]) <= 1
