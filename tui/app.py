@@ -17,7 +17,8 @@ from textual.widgets import DataTable, Footer, Static
 
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
-from gpumix.tui.panels import detail_text, host_text, title_line
+from gpumix.tui.panels import detail_text, host_text, run_line, title_line
+from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
 
@@ -38,6 +39,8 @@ class GpumixApp(App[None]):
         Binding("question_mark", "help", "Help", key_display="?", id="help"),
         Binding("t", "topology", "P2P/topo", id="topology"),
         Binding("p", "processes", "Procs", id="processes"),
+        Binding("v", "switch_view", "HW/Train", id="switch_view"),
+        Binding("r", "ranks", "Ranks", id="ranks"),
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
     ]
@@ -54,7 +57,7 @@ class GpumixApp(App[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="title")
         yield GpuTable(id="gpus")
-        yield Static(id="detail-spacer")
+        yield Static(id="run")
         yield Static(id="detail")
         yield Static(id="host")
         yield Footer()
@@ -98,7 +101,7 @@ class GpumixApp(App[None]):
 
     def render_snapshot(self, snapshot: dict[str, Any]) -> None:
         screen = self.screen
-        if isinstance(screen, TopologyScreen | ProcessesScreen):
+        if isinstance(screen, TopologyScreen | ProcessesScreen | RanksScreen):
             screen.show(snapshot)
             return
         if isinstance(screen, GpuChartsScreen):
@@ -108,7 +111,8 @@ class GpumixApp(App[None]):
             return  # a modal is open: skip the repaint behind it
         with self.batch_update():
             table = self.query_one(GpuTable)
-            table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme))
+            table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme), snapshot.get("ranks"))
+            self.query_one("#run", Static).update(run_line(snapshot))
             self.query_one("#title", Static).update(title_line(snapshot))
             self._show_detail()
             self.query_one("#host", Static).update(host_text(snapshot, self.size.width - 2))
@@ -157,6 +161,17 @@ class GpumixApp(App[None]):
         self.push_screen(screen)
         if self.snapshot is not None:
             self.call_after_refresh(screen.show, self.snapshot, self.source.series, self.interval_s)
+
+    def action_switch_view(self) -> None:
+        self.query_one(GpuTable).switch_view()
+        if self.snapshot is not None:
+            self.render_snapshot(self.snapshot)
+
+    def action_ranks(self) -> None:
+        screen = RanksScreen()
+        self.push_screen(screen)
+        if self.snapshot is not None:
+            self.call_after_refresh(screen.show, self.snapshot)
 
     def action_cursor_down(self) -> None:
         self.query_one(GpuTable).action_cursor_down()

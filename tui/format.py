@@ -65,16 +65,18 @@ def bar(fraction: float | None, width: int) -> str:
 SPARK = "▁▂▃▄▅▆▇█"
 
 
-def spark(values: list[float | None], width: int, top: float | None = None) -> str:
-    """The last `width` values as one line of block characters, scaled to `top` (or the max)."""
+def spark(values: list[float | None], width: int, top: float | None = None, relative: bool = False) -> str:
+    """The last `width` values as one line of block characters, scaled 0..`top` (or the max);
+    `relative` scales min..max instead, for a trend such as a loss curve."""
     recent = values[-width:]
     known = [v for v in recent if v is not None]
-    scale = top if top else (max(known) if known else 0.0)
+    bottom = min(known) if relative and known else 0.0
+    scale = (top if top else (max(known) if known else 0.0)) - bottom
     chars = []
     for value in recent:
         if value is None or scale <= 0:
-            chars.append(" ")
+            chars.append(" " if value is None or not relative else SPARK[0])
         else:
-            level = max(0, min(len(SPARK) - 1, int(value / scale * (len(SPARK) - 1) + 0.5)))
+            level = max(0, min(len(SPARK) - 1, int((value - bottom) / scale * (len(SPARK) - 1) + 0.5)))
             chars.append(SPARK[level])
     return "".join(chars).rjust(width)

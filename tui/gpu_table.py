@@ -12,7 +12,7 @@ from gpumix.tui import format as fmt
 from gpumix.tui.palette import Palette
 
 # (key, label, width): fixed widths keep columns still, so a tick rewrites only changed cells.
-COLUMNS = (
+HARDWARE_COLUMNS = (
     ("index", "#", 2),
     ("tier", "GPU", 9),
     ("util", "Util", 4),
@@ -25,6 +25,22 @@ COLUMNS = (
     ("tx", "TX/s", 5),
     ("link_share", "Lnk%", 4),
 )
+# The training view: the rank(s) on each GPU, beside its utilization.
+TRAINING_COLUMNS = (
+    ("index", "#", 2),
+    ("tier", "GPU", 9),
+    ("util", "Util", 4),
+    ("rank", "Rank", 5),
+    ("step", "Step", 6),
+    ("step_time", "Step s", 6),
+    ("samples", "Smp/s", 6),
+    ("comm", "Comm%", 5),
+    ("wait", "Wait%", 5),
+    ("peak", "Peak", 5),
+    ("loss", "Loss", 12),
+)
+VIEWS = {"hardware": HARDWARE_COLUMNS, "training": TRAINING_COLUMNS}
+COLUMNS = HARDWARE_COLUMNS
 THROTTLE_SHORT = {"power cap": "pwr", "SW thermal": "thm", "HW thermal": "thm", "HW slowdown": "hw", "power brake": "brk", "idle": "idle"}
 
 
@@ -49,12 +65,35 @@ def link_label(gpu: dict[str, Any]) -> str:
     return f"{now}/{top}{flag}"
 
 
-def row_cells(gpu: dict[str, Any], palette: Palette) -> dict[str, Text]:
+def training_cells(gpu: dict[str, Any], ranks: dict[int, dict[str, Any]], palette: Palette) -> dict[str, tuple[str, Any]]:
+    """The first rank on this GPU: its step, speed, shares of the step and loss."""
+    on_gpu = [ranks[r] for r in gpu.get("ranks", []) if r in ranks]
+    if not on_gpu:
+        return {key: ("", None) for key, _, _ in TRAINING_COLUMNS[3:]}
+    rank = on_gpu[0]
+    flag = palette.error if rank["straggler"] else None
+    label = f"{rank['rank']}{'!' if rank['straggler'] else ''}{'+' if len(on_gpu) > 1 else ''}"
+    def share(value: float | None) -> str:
+        return fmt.pct(value * 100 if value is not None else None)
+    return {
+        "rank": (label, flag),
+        "step": (str(rank["step"]) if rank["step"] is not None else fmt.NA, None),
+        "step_time": (f"{rank['step_time_s']:.3f}" if rank["step_time_s"] is not None else fmt.NA, flag),
+        "samples": (f"{rank['samples_per_s']:.0f}" if rank["samples_per_s"] is not None else fmt.NA, None),
+        "comm": (share(rank["comm_share"]), palette.warning if (rank["comm_share"] or 0) >= 0.5 else None),
+        "wait": (share(rank["data_wait_share"]), palette.warning if (rank["data_wait_share"] or 0) >= 0.2 else None),
+        "peak": (fmt.gib(rank["mem_peak_bytes"]) + "G" if rank["mem_peak_bytes"] is not None else fmt.NA, None),
+        "loss": (fmt.spark(rank["loss_history"], 12, relative=True), None),
+    }
+
+
+def row_cells(gpu: dict[str, Any], palette: Palette, ranks: dict[int, dict[str, Any]] | None = None,
+              columns: tuple[tuple[str, str, int], ...] = HARDWARE_COLUMNS) -> dict[str, Text]:
     """The text of each cell of one GPU's row, styled where it flags something."""
     cells: dict[str, tuple[str, Any]] = {"index": (str(gpu["index"]), None), "tier": (short_tier(gpu["tier"]), None)}
     if gpu["lost"]:
         cells["util"] = ("LOST", palette.error)
-        for key, _, _ in COLUMNS[3:]:
+        for key, _, _ in columns[3:]:
             cells[key] = ("", None)
     else:
         util = gpu["util_gpu_pct"]
@@ -71,8 +110,10 @@ def row_cells(gpu: dict[str, Any], palette: Palette) -> dict[str, Text]:
             tx=(fmt.rate(gpu["pcie_tx_bytes_per_s"]), None),
             link_share=(fmt.pct(share * 100 if share is not None else None), palette.warning if (share or 0) >= 0.8 else None),
         )
-    widths = {key: width for key, _, width in COLUMNS}
-    return {key: Text(f" {text:>{widths[key]}}", style=style or "") for key, (text, style) in cells.items()}
+        if columns is TRAINING_COLUMNS:
+            cells.update(training_cells(gpu, ranks or {}, palette))
+    widths = {key: width for key, _, width in columns}
+    return {key: Text(f" {text:>{widths[key]}}", style=style or "") for key, (text, style) in cells.items() if key in widths}
 
 
 class GpuTable(DataTable):
@@ -84,18 +125,41 @@ class GpuTable(DataTable):
         super().__init__(cursor_type="row", cell_padding=0, zebra_stripes=False, **kwargs)
         self._shown: dict[tuple[str, str], str] = {}  # (uuid, column) -> plain text on screen
         self._shown_styles: dict[tuple[str, str], str] = {}
+        self.view = "hardware"
+
+    @property
+    def columns_shown(self) -> tuple[tuple[str, str, int], ...]:
+        return VIEWS[self.view]
 
     def on_mount(self) -> None:
-        for key, label, width in COLUMNS:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        for key, label, width in self.columns_shown:
             self.add_column(f" {label:>{width}}", key=key, width=width + 1)
 
-    def show(self, gpus: list[dict[str, Any]], palette: Palette) -> None:
+    def switch_view(self) -> str:
+        """Hardware columns <-> training columns (80 columns hold one set)."""
+        cursor = self.cursor_row
+        self.view = "training" if self.view == "hardware" else "hardware"
+        self.clear(columns=True)
+        self._shown.clear()
+        self._shown_styles.clear()
+        self._add_columns()
+        self._restore_cursor = cursor
+        return self.view
+
+    _restore_cursor: int | None = None
+
+    def show(self, gpus: list[dict[str, Any]], palette: Palette, ranks: list[dict[str, Any]] | None = None) -> None:
+        by_rank = {rank["rank"]: rank for rank in ranks or []}
+        columns = self.columns_shown
         for gpu in gpus:
             uuid = gpu["uuid"]
-            cells = row_cells(gpu, palette)
+            cells = row_cells(gpu, palette, by_rank, columns)
             if uuid not in self.rows:
-                self.add_row(*(cells[key] for key, _, _ in COLUMNS), key=uuid)
-                for key, _, _ in COLUMNS:
+                self.add_row(*(cells[key] for key, _, _ in columns), key=uuid)
+                for key, _, _ in columns:
                     self._shown[(uuid, key)] = cells[key].plain
                     self._shown_styles[(uuid, key)] = str(cells[key].style)
                 continue
@@ -105,6 +169,9 @@ class GpuTable(DataTable):
                     self.update_cell(uuid, key, text)
                     self._shown[(uuid, key)] = plain
                     self._shown_styles[(uuid, key)] = style
+        if self._restore_cursor is not None and self.row_count:
+            self.move_cursor(row=min(self._restore_cursor, self.row_count - 1))
+            self._restore_cursor = None
 
     def forget_styles(self) -> None:
         """After a theme change every styled cell must be rewritten."""

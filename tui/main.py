@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -9,9 +10,12 @@ from typing import Any
 
 from gpumix import __version__
 from gpumix.cli_common import OneLineParser, fail, positive_float
-from gpumix.hub import Hub
+from gpumix.hub.client import HubClient
+from gpumix.hub.node import Node, demo_socket_path, start_node
+from gpumix.hub.server import HubAlreadyRunning, hub_answers
 from gpumix.hw.open import open_hardware
 from gpumix.hw.types import NoDriverError
+from gpumix.paths import default_hub_address
 from gpumix.sim.rig import RigError
 
 PROG = "gpumix-top"
@@ -54,31 +58,44 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.json and not args.once:
         fail(PROG, "--json needs --once (the interactive monitor draws a screen)")
+    simulated = args.demo or args.sim
+    if not simulated and not args.once and hub_answers(default_hub_address()):
+        return run_app(HubClient(default_hub_address()), args)  # attach to the running hub
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except NoDriverError as error:
         fail(PROG, f"{error}. Try `gpumix-top --demo` to see a simulated rig.")
     except RigError as error:
         fail(PROG, str(error))
-    hub = Hub(hardware, interval_s=args.interval, history_s=args.history_minutes * 60)
-    if args.once:
-        return print_once(hub, as_json=args.json)
+    socket_path = demo_socket_path() if simulated else default_hub_address()
+    try:
+        node = start_node(hardware, socket_path, interval_s=args.interval, history_s=args.history_minutes * 60,
+                          demo=args.demo, sample_in_thread=not args.once)
+    except (HubAlreadyRunning, OSError) as error:
+        fail(PROG, f"cannot start a hub on {socket_path}: {error}")
+    try:
+        if args.once:
+            return print_once(node, as_json=args.json, wait_for_ranks=len(hardware.backend.gpus()) if args.demo else 0)
+        return run_app(node.hub, args)
+    finally:
+        node.stop()
+
+
+def run_app(source: Any, args: argparse.Namespace) -> int:
     from gpumix.tui.app import GpumixApp  # textual loads only for the interactive monitor
 
-    hub.start()
-    try:
-        GpumixApp(hub, interval_s=args.interval, theme=args.theme).run()
-    finally:
-        hub.stop()
+    GpumixApp(source, interval_s=args.interval, theme=args.theme).run()
     return 0
 
 
-def print_once(hub: Hub, as_json: bool) -> int:
-    # Rates (PCIe) are differences of counters: two readings, a short while apart.
+def print_once(node: Node, as_json: bool, wait_for_ranks: int = 0) -> int:
+    hub = node.hub
     hub.tick()
-    time.sleep(min(hub.interval_s, 0.5))
+    if wait_for_ranks:  # the demo ranks' first steps, a few seconds at most
+        node.wait_for_ranks(wait_for_ranks, timeout_s=10.0)
+    else:
+        time.sleep(min(hub.interval_s, 0.5))  # PCIe rates are differences of two counter readings
     snapshot = hub.tick()
-    hub.stop()
     if as_json:
         json.dump(snapshot, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -20,6 +20,22 @@ def title_line(snapshot: dict[str, Any]) -> str:
     )
 
 
+def run_line(snapshot: dict[str, Any]) -> str:
+    """The training run at a glance: its pace and who holds it back."""
+    run = snapshot.get("run")
+    if not run:
+        return " no training ranks reporting (start yours with gpumix.agent.start(); `gpumix-top --demo` runs one)"
+    ranks = {rank["rank"]: rank for rank in snapshot["ranks"]}
+    tiers = {gpu["uuid"]: gpu["tier"] for gpu in snapshot["gpus"]}
+    stragglers = run["stragglers"]
+    who = ""
+    if stragglers:
+        names = sorted({tiers.get(ranks[r]["gpu_uuid"], "?") for r in stragglers if r in ranks})
+        who = f" · straggler {','.join(map(str, stragglers))} ({', '.join(names)})"
+    rate = f"{run['samples_per_s']:.0f}" if run["samples_per_s"] is not None else fmt.NA
+    return f" {run['ranks']} ranks · step {run['step_time_s']:.3f}s · {rate} samples/s{who}"
+
+
 def power_line(snapshot: dict[str, Any]) -> str:
     """GPU power drawn and capped, summed, against the machine's budget."""
     gpus = [gpu for gpu in snapshot["gpus"] if not gpu["lost"]]

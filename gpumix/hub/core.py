@@ -12,9 +12,13 @@ from typing import Any
 
 from gpumix.history import GpuHistory
 from gpumix.host import HostSampler
+from gpumix.hub.ranks import RankStream, mark_stragglers, rank_summary, run_summary
 from gpumix.hw.open import Hardware
 from gpumix.hw.types import P2PLink
 from gpumix.snapshot import build_snapshot
+
+RankKey = tuple[str | None, int]  # (job, rank)
+MAX_RANKS = 4096  # bounded, whatever connects
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +50,17 @@ class Hub:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ticks = 0
+        self._ranks: dict[RankKey, RankStream] = {}
+        self._ranks_changed = True
+        self._merged: dict[str, Any] | None = None  # hardware snapshot + current ranks
+        self.on_tick: list[Callable[[], None]] = []  # e.g. the demo job pacing the simulated GPUs
 
     # -- sampling ----------------------------------------------------------------
 
     def tick(self) -> dict[str, Any]:
         """One sampling round: hardware, host, processes; returns the new snapshot."""
+        for callback in self.on_tick:
+            callback()
         machine = self.hardware.machine
         if machine is not None:
             machine.tick()
@@ -75,13 +85,84 @@ class Hub:
         with self._lock:
             self.history.add(samples)
             self._snapshot = snapshot
+            self._merged = None
             self.ticks += 1
         self._ready.set()
-        return snapshot
+        return self.snapshot() or snapshot
 
     def snapshot(self) -> dict[str, Any] | None:
+        """The latest hardware snapshot with the ranks as of now (steps arrive between ticks)."""
         with self._lock:
-            return self._snapshot
+            if self._snapshot is None:
+                return None
+            if self._merged is None or self._ranks_changed:
+                self._merged = self._merge_ranks(self._snapshot)
+                self._ranks_changed = False
+            return self._merged
+
+    # -- ranks (fed by the hub server from agent messages) -----------------------
+
+    def _merge_ranks(self, hardware_snapshot: dict[str, Any]) -> dict[str, Any]:
+        ranks = [rank_summary(stream) for _, stream in sorted(self._ranks.items(), key=lambda item: (item[0][0] or "", item[0][1]))]
+        mark_stragglers(ranks)
+        snapshot = dict(hardware_snapshot)
+        snapshot["ranks"] = ranks
+        snapshot["run"] = run_summary(ranks)
+        gpus = []
+        for gpu in hardware_snapshot["gpus"]:
+            on_gpu = [r["rank"] for r in ranks if r["gpu_uuid"] == gpu["uuid"] and r["connected"]]
+            gpus.append({**gpu, "ranks": on_gpu})
+        snapshot["gpus"] = gpus
+        return snapshot
+
+    def agent_hello(self, info: dict[str, Any]) -> RankKey:
+        key = (info["job"], info["rank"])
+        uuid = info["gpu_uuid"]
+        if uuid is None and info["nvml_index"] is not None and 0 <= info["nvml_index"] < len(self._infos):
+            uuid = self._infos[info["nvml_index"]].uuid
+        with self._lock:
+            if key not in self._ranks and len(self._ranks) >= MAX_RANKS:
+                raise OverflowError("too many ranks")
+            old = self._ranks.get(key)
+            stream = RankStream(
+                rank=info["rank"], world_size=info["world_size"], local_rank=info["local_rank"], pid=info["pid"],
+                hostname=info["hostname"], gpu_uuid=uuid, nvml_index=info["nvml_index"], job=info["job"],
+                env=info["env"], versions=info["versions"], last_seen_s=self._clock(),
+            )
+            if old is not None and old.pid == stream.pid:
+                stream.steps = old.steps  # the same process reconnected: keep its history
+            self._ranks[key] = stream
+            self._ranks_changed = True
+        return key
+
+    def agent_step(self, key: RankKey, step: dict[str, Any]) -> None:
+        with self._lock:
+            stream = self._ranks.get(key)
+            if stream is None:
+                return
+            stream.steps.append(step)
+            stream.last_seen_s = self._clock()
+            stream.connected = True
+            self._ranks_changed = True
+
+    def agent_transport(self, key: RankKey, channels: list[dict[str, Any]]) -> None:
+        with self._lock:
+            stream = self._ranks.get(key)
+            if stream is not None:
+                stream.transport = channels
+                self._ranks_changed = True
+
+    def agent_gone(self, key: RankKey, pid: int | None = None) -> None:
+        with self._lock:
+            stream = self._ranks.get(key)
+            if stream is not None and (pid is None or stream.pid == pid):
+                stream.connected = False
+                self._ranks_changed = True
+
+    def forget_rank(self, key: RankKey) -> None:
+        with self._lock:
+            self._ranks.pop(key, None)
+            self._ranks_changed = True
 
     def series(self, index: int, name: str) -> list[float | None]:
         with self._lock:

@@ -333,10 +333,9 @@ class NvmlBackend:
     def _p2p_pair(self, a: int, b: int) -> P2PLink:
         if a in self._lost or b in self._lost:
             return P2PLink(a, b, None, None, None)
-        handle_b = self._handles[b]
-        read = self._call(a, "nvmlDeviceGetP2PStatus", handle_b, P2P_INDEX_READ)
-        write = self._call(a, "nvmlDeviceGetP2PStatus", handle_b, P2P_INDEX_WRITE)
-        level = self._call(a, "nvmlDeviceGetTopologyCommonAncestor", handle_b)
+        read = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_READ)
+        write = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_WRITE)
+        level = self._pair_call(a, b, "nvmlDeviceGetTopologyCommonAncestor")
         return P2PLink(
             gpu_a=a,
             gpu_b=b,
@@ -344,6 +343,16 @@ class NvmlBackend:
             write=P2P_STATUS.get(write, str(write)) if write is not None else None,
             topology=TOPOLOGY_LEVEL.get(level, str(level)) if level is not None else None,
         )
+
+    def _pair_call(self, a: int, b: int, name: str, *args: Any) -> Any:
+        """A guarded NVML call about GPUs a and b: the value, or None. Its error
+        (GpuIsLost, NotSupported) may be about either GPU, so unlike `_call` it
+        marks neither lost nor unsupported; the next sample() finds a lost GPU.
+        Not remembering costs little: the topology is read once, not every tick."""
+        try:
+            return getattr(self._nvml, name)(self._handles[a], self._handles[b], *args)
+        except (pynvml.NVMLError, AttributeError):
+            return None
 
     def close(self) -> None:
         if self._pcie_fallback_pool is not None:

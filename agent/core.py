@@ -1,0 +1,219 @@
+"""The in-rank agent: times steps and hands records to the sender.
+
+Cheap by construction: a step costs two perf_counter() calls, a small
+object and a deque append on the training thread. Values that would need a
+GPU synchronisation now (the loss tensor, CUDA-event timings of the
+all-reduce) are read one step later, when the GPU has long finished them:
+each step's record is sent when the next step ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from gpumix.agent import launcher_env
+from gpumix.agent.lazy import LazyScalar, PinnedPool
+from gpumix.agent.sender import Sender
+
+log = logging.getLogger("gpumix.agent")
+RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often
+
+# (step index) -> seconds of communication in that step, or None if not known (yet)
+CommProbe = Callable[[int], "float | None"]
+
+
+class StepRecord:
+    """What `with agent.step(...) as step:` hands out: set loss, lr, tokens, phase times on it."""
+
+    def __init__(self, index: int, samples: int | None, tokens: int | None) -> None:
+        self.index = index
+        self.samples = samples
+        self.tokens = tokens
+        self.loss: Any = None  # a float, or a tensor (read one step later, no sync now)
+        self.lr: float | None = None
+        self.forward_s: float | None = None
+        self.backward_s: float | None = None
+        self.optimizer_s: float | None = None
+        self.comm_s: float | None = None  # set by an integration, else from the comm probes
+        self.begin_s = time.perf_counter()
+        self.end_s: float | None = None
+        self.step_time_s: float | None = None  # previous step's end to this one's end
+        self.data_wait_s: float | None = None  # previous step's end to this one's begin
+        self.lazy_loss: LazyScalar | None = None
+
+
+class _StepContext:
+    __slots__ = ("agent", "record")
+
+    def __init__(self, agent: Agent, record: StepRecord) -> None:
+        self.agent = agent
+        self.record = record
+
+    def __enter__(self) -> StepRecord:
+        return self.record
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        if kind is None:  # a step that raised is the script's business, not a step to report
+            self.agent.step_end(self.record)
+
+
+class Agent:
+    def __init__(self, address: str, job: str | None = None, cuda_device: int | None = None,
+                 gpu_uuid: str | None = None, max_messages: int = 1024) -> None:
+        self.rank, self.local_rank, self.world_size = launcher_env.rank_from_env()
+        self.job = job or os.environ.get("GPUMIX_JOB") or os.environ.get("TORCHELASTIC_RUN_ID")
+        self.cuda_device = cuda_device if cuda_device is not None else (self.local_rank or 0)
+        self.nvml_index, env_uuid = launcher_env.physical_gpu(self.cuda_device)
+        self.gpu_uuid = gpu_uuid or os.environ.get("GPUMIX_GPU_UUID") or env_uuid or self._torch_uuid()
+        self.micro_batch: int | None = None
+        self.accumulation_steps: int | None = None
+        self.comm_probes: list[CommProbe] = []
+        self.steps = 0
+        self._last_end_s: float | None = None
+        self._pending: StepRecord | None = None  # sent when the next step ends
+        self._pinned = PinnedPool() if self._uses_cuda() else None
+        self._resources: dict[str, float | None] = {"cpu_pct": None, "rss_bytes": None}
+        self._resources_at = 0.0
+        self._process: Any = None
+        self._warned = False
+        self.sender = Sender(address, self._hello, max_messages=max_messages)
+
+    # -- identity ---------------------------------------------------------------
+
+    def _uses_cuda(self) -> bool:
+        torch = sys.modules.get("torch")
+        try:
+            return bool(torch is not None and torch.cuda.is_available())
+        except Exception:
+            return False
+
+    def _torch_uuid(self) -> str | None:
+        if not self._uses_cuda():
+            return None
+        try:
+            uuid = str(sys.modules["torch"].cuda.get_device_properties(self.cuda_device).uuid)
+        except Exception:
+            return None
+        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+
+    def _hello(self) -> dict[str, Any]:
+        return {
+            "type": "hello", "role": "agent", "rank": self.rank, "local_rank": self.local_rank,
+            "world_size": self.world_size, "pid": os.getpid(), "hostname": socket.gethostname(),
+            "gpu_uuid": self.gpu_uuid, "nvml_index": self.nvml_index, "job": self.job,
+            "env": launcher_env.nccl_environment(), "versions": launcher_env.versions(),
+        }
+
+    # -- steps --------------------------------------------------------------------
+
+    def step(self, samples: int | None = None, tokens: int | None = None) -> _StepContext:
+        """`with agent.step(samples=len(batch)) as s: ...; s.loss = loss`."""
+        return _StepContext(self, self.step_begin(samples, tokens))
+
+    def step_begin(self, samples: int | None = None, tokens: int | None = None) -> StepRecord:
+        record = StepRecord(self.steps, samples, tokens)
+        if self._last_end_s is not None:
+            record.data_wait_s = record.begin_s - self._last_end_s
+        return record
+
+    def step_end(self, record: StepRecord, **values: Any) -> None:
+        """End a step (the context manager calls this). Never raises."""
+        try:
+            self._step_end(record, values)
+        except Exception:
+            if not self._warned:
+                self._warned = True
+                log.warning("gpumix agent: step bookkeeping failed; training goes on", exc_info=True)
+
+    def _step_end(self, record: StepRecord, values: dict[str, Any]) -> None:
+        record.end_s = time.perf_counter()
+        for name, value in values.items():
+            setattr(record, name, value)
+        started = self._last_end_s if self._last_end_s is not None else record.begin_s
+        record.step_time_s = record.end_s - started
+        self._last_end_s = record.end_s
+        record.lazy_loss = LazyScalar(record.loss, self._pinned)
+        record.loss = None  # do not keep the graph's tensor alive
+        self.steps = record.index + 1
+        previous, self._pending = self._pending, record
+        if previous is not None:
+            self.sender.put(self._message(previous))
+
+    def _comm_seconds(self, index: int) -> float | None:
+        total = None
+        for probe in self.comm_probes:
+            value = probe(index)
+            if value is not None:
+                total = (total or 0.0) + value
+        return total
+
+    def _message(self, record: StepRecord) -> dict[str, Any]:
+        comm = record.comm_s if record.comm_s is not None else self._comm_seconds(record.index)
+        message: dict[str, Any] = {
+            "type": "step", "step": record.index, "t": time.time(), "step_time_s": record.step_time_s,
+            "samples": record.samples, "tokens": record.tokens,
+            "loss": record.lazy_loss.read() if record.lazy_loss else None, "lr": _number(record.lr),
+            "data_wait_s": record.data_wait_s, "forward_s": record.forward_s, "backward_s": record.backward_s,
+            "optimizer_s": record.optimizer_s, "comm_s": comm,
+            "micro_batch": self.micro_batch, "accumulation_steps": self.accumulation_steps,
+            "dropped": self.sender.dropped,
+        }
+        message.update(self._gpu_memory())
+        message.update(self._process_resources())
+        return {key: value for key, value in message.items() if value is not None}
+
+    def _gpu_memory(self) -> dict[str, float]:
+        if self._pinned is None:
+            return {}
+        cuda = sys.modules["torch"].cuda  # these read the caching allocator's counters: no sync
+        return {
+            "mem_allocated_bytes": cuda.memory_allocated(self.cuda_device),
+            "mem_reserved_bytes": cuda.memory_reserved(self.cuda_device),
+            "mem_peak_bytes": cuda.max_memory_allocated(self.cuda_device),
+        }
+
+    def _process_resources(self) -> dict[str, float | None]:
+        now = time.monotonic()
+        if now - self._resources_at >= RESOURCE_PERIOD_S:
+            self._resources_at = now
+            try:
+                if self._process is None:
+                    import psutil
+
+                    self._process = psutil.Process()
+                    self._process.cpu_percent()
+                self._resources = {"cpu_pct": self._process.cpu_percent(), "rss_bytes": self._process.memory_info().rss}
+            except Exception:
+                self._resources = {"cpu_pct": None, "rss_bytes": None}
+        return self._resources
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Send the last step and what is queued, then stop the sender."""
+        try:
+            if self._pending is not None:
+                self.sender.put(self._message(self._pending))
+                self._pending = None
+        except Exception:
+            pass
+        self.sender.close(timeout_s)
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+_agent: Agent | None = None
+_agent_lock = threading.Lock()

@@ -1,0 +1,44 @@
+"""One demo rank: paces itself like its simulated GPU and reports through the real agent.
+
+Each step: a short data wait, 'compute' for as long as this card needs for
+its share of the batch, then a barrier with every other rank followed by the
+all-reduce time through host memory. Fast ranks wait at the barrier, as a
+4090 waits in NCCL's all-reduce for a 3060: that wait is communication time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from typing import Any
+
+DATA_WAIT_S = 0.004
+
+
+def run_rank(rank: int, world: int, gpu_uuid: str, hub: str, samples: int, pace: Any, barrier: Any, stop: Any) -> None:
+    """`pace[rank]` = compute seconds of this rank's step, `pace[world]` = all-reduce seconds."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), GPUMIX_GPU_UUID=gpu_uuid)
+    import gpumix.agent
+
+    agent = gpumix.agent.start(job="demo", hub=hub)
+    agent.micro_batch, agent.accumulation_steps = samples, 1
+    noise = random.Random(rank)
+    step = 0
+    try:
+        while not stop.is_set():
+            time.sleep(DATA_WAIT_S)
+            with agent.step(samples=samples) as record:
+                time.sleep(pace[rank] * noise.uniform(0.98, 1.02))
+                comm_start = time.perf_counter()
+                barrier.wait(timeout=30)
+                time.sleep(pace[world])
+                record.comm_s = time.perf_counter() - comm_start
+                record.loss = 2.4 * math.exp(-step / 400) + 0.3 + noise.uniform(-0.03, 0.03)
+                record.lr = 0.1 * min(1.0, (step + 1) / 100)
+            step += 1
+    except Exception:  # a broken barrier (another rank stopped): end quietly
+        pass
+    finally:
+        agent.close(timeout_s=1.0)

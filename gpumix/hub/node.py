@@ -1,0 +1,68 @@
+"""A running hub for this node: hardware sampling, the socket server, and the demo job.
+
+`gpumix-top` embeds one when no hub runs; `gpumix hub` runs one headless.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from gpumix.hub.core import Hub
+from gpumix.hub.server import HubServer
+from gpumix.hw.open import Hardware
+from gpumix.paths import runtime_dir
+
+
+@dataclass
+class Node:
+    hub: Hub
+    server: HubServer | None = None
+    demo: object | None = None  # a DemoJob while the demo runs
+    started: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        if self.demo is not None:
+            self.demo.stop()
+        if self.server is not None:
+            self.server.stop()
+        self.hub.stop()
+
+    def wait_for_ranks(self, count: int, timeout_s: float) -> bool:
+        """Until `count` ranks have reported a step (for --once with the demo)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            snapshot = self.hub.snapshot()
+            if snapshot and sum(1 for r in snapshot["ranks"] if r["step"] is not None) >= count:
+                return True
+            time.sleep(0.05)
+        return False
+
+
+def demo_socket_path() -> str:
+    """The demo gets a socket of its own: it never takes the place of a real hub."""
+    return str(runtime_dir() / f"demo-{os.getpid()}.sock")
+
+
+def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, history_s: float = 600.0,
+               demo: bool = False, sample_in_thread: bool = True) -> Node:
+    """Start hub, server and (with demo) the demo job. Raises HubAlreadyRunning or OSError."""
+    hub = Hub(hardware, interval_s=interval_s, history_s=history_s)
+    server = HubServer(hub, socket_path)
+    server.start()
+    node = Node(hub=hub, server=server)
+    try:
+        if demo and hardware.machine is not None:
+            from gpumix.demo.job import DemoJob
+
+            job = DemoJob(hardware.machine, socket_path)
+            hub.on_tick.append(job.update)
+            job.start()
+            node.demo = job
+        if sample_in_thread:
+            hub.start()
+    except BaseException:
+        node.stop()
+        raise
+    return node

@@ -1,0 +1,179 @@
+"""The hub's socket server: agents stream steps in, clients ask for snapshots.
+
+An asyncio loop on its own thread. Each connection starts with a `hello`
+naming its role. A malformed, oversized or unknown message closes that one
+connection with a logged reason; the hub and its other clients go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from gpumix import protocol
+from gpumix.history import HISTORY_FIELDS
+from gpumix.hub.core import Hub, RankKey
+from gpumix.hub.ranks import parse_hello, parse_step, parse_transport
+from gpumix.protocol import ProtocolError
+
+log = logging.getLogger(__name__)
+
+
+class HubAlreadyRunning(RuntimeError):
+    """Another hub answers on this socket: attach to it instead."""
+
+
+def hub_answers(path: str, timeout_s: float = 0.5) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout_s)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+async def read_message(reader: asyncio.StreamReader, allowed: set[str]) -> dict[str, Any]:
+    header = await reader.readexactly(protocol.HEADER.size)
+    length = protocol.frame_length(header, protocol.MAX_AGENT_FRAME_BYTES)
+    return protocol.decode(await reader.readexactly(length), allowed)
+
+
+class HubServer:
+    def __init__(self, hub: Hub, socket_path: str | Path) -> None:
+        self.hub = hub
+        self.socket_path = str(socket_path)
+        self.closed_reasons: list[str] = []  # last reasons connections were closed for (bounded)
+        self.connections = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen on the Unix socket (owner-only), or raise HubAlreadyRunning / OSError."""
+        if os.path.exists(self.socket_path):
+            if hub_answers(self.socket_path):
+                raise HubAlreadyRunning(f"a hub already listens on {self.socket_path}")
+            os.unlink(self.socket_path)  # left by a hub that died
+        self._thread = threading.Thread(target=self._run, name="gpumix-hub-server", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        if self._start_error is not None:
+            raise self._start_error
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._listen())
+        except BaseException as error:  # reported to start()
+            self._start_error = error
+            self._started.set()
+            return
+        self._started.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    async def _listen(self) -> None:
+        old_umask = os.umask(0o177)  # the socket is born owner-only: no window for others
+        try:
+            self._server = await asyncio.start_unix_server(self._handle, path=self.socket_path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return
+
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+
+    # -- connections --------------------------------------------------------------------
+
+    def _closed(self, reason: str) -> None:
+        log.warning("hub: closed a connection: %s", reason)
+        self.closed_reasons = [*self.closed_reasons[-99:], reason]
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        key: RankKey | None = None
+        pid: int | None = None
+        try:
+            hello = await read_message(reader, protocol.AGENT_TYPES | protocol.CLIENT_TYPES)
+            if hello["type"] != "hello" or hello.get("role") not in protocol.ROLES:
+                raise ProtocolError("the first message must be a hello with a role")
+            if hello["role"] == "agent":
+                info = parse_hello(hello)
+                pid = info["pid"]
+                try:
+                    key = self.hub.agent_hello(info)
+                except OverflowError as error:
+                    raise ProtocolError(str(error)) from None
+                await self._serve_agent(reader, key)
+            else:
+                await self._serve_client(reader, writer)
+        except ProtocolError as error:
+            self._closed(str(error))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the peer went away: normal
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug here must cost one connection, not the hub
+            log.exception("hub: connection failed")
+            self._closed(f"internal error: {error!r}")
+        finally:
+            if key is not None:
+                self.hub.agent_gone(key, pid)
+            writer.close()
+
+    async def _serve_agent(self, reader: asyncio.StreamReader, key: RankKey) -> None:
+        while True:
+            message = await read_message(reader, protocol.AGENT_TYPES)
+            kind = message["type"]
+            if kind == "step":
+                self.hub.agent_step(key, parse_step(message))
+            elif kind == "transport":
+                self.hub.agent_transport(key, parse_transport(message))
+            elif kind == "bye":
+                return
+            else:
+                raise ProtocolError(f"unexpected {kind!r} from an agent")
+
+    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            request = await read_message(reader, protocol.CLIENT_TYPES)
+            if request["type"] == "snapshot":
+                reply = {"type": "snapshot", "snapshot": self.hub.snapshot()}
+            elif request["type"] == "series":
+                index, name = protocol.integer(request, "index", True), protocol.text(request, "name", 64)
+                if name not in HISTORY_FIELDS:
+                    raise ProtocolError(f"no history named {name!r}")
+                reply = {"type": "series", "values": self.hub.series(index, name or "")}
+            else:
+                raise ProtocolError("hello sent twice")
+            writer.write(protocol.encode(reply))
+            await writer.drain()

@@ -1,0 +1,24 @@
+"""Where the hub listens: a Unix socket in the user's runtime directory, owner-only."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+HUB_ENV = "GPUMIX_HUB"  # a socket path, or tcp://HOST:PORT
+
+
+def runtime_dir() -> Path:
+    """$XDG_RUNTIME_DIR/gpumix (per user, on tmpfs), else /tmp/gpumix-UID; created 0700."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(base) / "gpumix" if base else Path(tempfile.gettempdir()) / f"gpumix-{os.getuid()}"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_uid != os.getuid():
+        raise PermissionError(f"{folder} belongs to another user")
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def default_hub_address() -> str:
+    return os.environ.get(HUB_ENV) or str(runtime_dir() / "hub.sock")
