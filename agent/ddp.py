@@ -44,7 +44,8 @@ class CommTimer:
             return None  # still running: skip rather than wait
         return start.elapsed_time(end) / 1000.0
 
-    def hook(self, state: Any, bucket: Any) -> Any:
+    # No annotations on purpose: DDP rejects a hook whose annotations are not GradBucket / Future.
+    def hook(self, state, bucket):  # noqa: ANN001, ANN201
         import torch
         import torch.distributed as dist
 

@@ -11,6 +11,7 @@ Standard library only: the agent imports this inside training processes.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
@@ -31,8 +32,22 @@ class ProtocolError(ValueError):
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    body = json.dumps({"v": PROTOCOL_VERSION, **message}, separators=(",", ":"), allow_nan=False, default=str).encode()
+    message = {"v": PROTOCOL_VERSION, **message}
+    try:
+        body = json.dumps(message, separators=(",", ":"), allow_nan=False, default=str).encode()
+    except ValueError:  # a derived figure overflowed to inf/nan: send null, never fail the frame
+        body = json.dumps(_finite(message), separators=(",", ":"), allow_nan=False, default=str).encode()
     return HEADER.pack(len(body)) + body
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def frame_length(header: bytes, limit: int) -> int:
@@ -68,7 +83,13 @@ def number(message: dict[str, Any], key: str, required: bool = False) -> float |
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProtocolError(f"'{key}' must be a number, got {type(value).__name__}")
-    return float(value)
+    try:
+        result = float(value)
+    except OverflowError:
+        raise ProtocolError(f"'{key}' is out of range") from None
+    if not math.isfinite(result):  # json.loads takes NaN/Infinity; the snapshot could not carry them
+        raise ProtocolError(f"'{key}' must be finite")
+    return result
 
 
 def integer(message: dict[str, Any], key: str, required: bool = False) -> int | None:

@@ -83,3 +83,18 @@ def test_tool_rigs_and_topo() -> None:
 
 def test_tool_without_subcommand_is_one_line() -> None:
     assert_one_line_error(run(TOOL), "required")
+
+
+def test_demo_once_includes_the_demo_ranks_and_their_straggler_tier() -> None:
+    result = run([*TOP, "--demo", "--once", "--json"])
+    snapshot = json.loads(result.stdout)
+    ranks = {rank["rank"]: rank for rank in snapshot["ranks"]}
+    assert sorted(ranks) == list(range(10))
+    tier_of = {gpu["uuid"]: gpu["tier"] for gpu in snapshot["gpus"]}
+    for rank in ranks.values():
+        assert rank["step_time_s"] > 0 and rank["samples_per_s"] > 0 and rank["comm_share"] is not None
+    stragglers = {tier_of[r["gpu_uuid"]] for r in ranks.values() if r["straggler"]}
+    assert stragglers == {"RTX 3060 12G"}
+    # the fast tier waits in the all-reduce for the slow one
+    assert min(r["comm_share"] for r in ranks.values() if tier_of[r["gpu_uuid"]] == "RTX 4090 24G") > 0.5
+    assert snapshot["run"]["stragglers"] == [0, 1, 2]

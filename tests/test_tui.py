@@ -174,3 +174,28 @@ async def test_polls_keep_coming_without_piling_up(demo_hardware, clock) -> None
         assert app.renders >= 3
         # one poll worker at a time
         assert len([w for w in app.workers if w.group == "poll" and w.is_running]) <= 1
+
+
+async def test_training_view_and_ranks_screen(demo_hub: Hub) -> None:
+    from gpumix.hub.ranks import parse_hello, parse_step
+    from gpumix.tui.ranks_screen import RanksScreen
+
+    gpus = demo_hub.snapshot()["gpus"]
+    for rank, compute_s in enumerate([0.40, 0.10, 0.11]):
+        key = demo_hub.agent_hello(parse_hello({"rank": rank, "world_size": 3, "job": "t", "gpu_uuid": gpus[rank * 4]["uuid"]}))
+        for step in range(5):
+            demo_hub.agent_step(key, parse_step({"step": step, "step_time_s": 0.5, "samples": 32, "comm_s": 0.5 - compute_s,
+                                                 "data_wait_s": 0.0, "loss": 2.0 - step * 0.1}))
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        text = screen_text(app)
+        assert "3 ranks · step 0.500s · 192 samples/s · straggler 0 (RTX 3060 12G)" in text
+        await pilot.press("v")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "Comm%" in text and "0!" in text and "Step s" in text
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, RanksScreen)
+        assert "straggler" in screen_text(app)

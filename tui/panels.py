@@ -24,7 +24,7 @@ def run_line(snapshot: dict[str, Any]) -> str:
     """The training run at a glance: its pace and who holds it back."""
     run = snapshot.get("run")
     if not run:
-        return " no training ranks reporting (start yours with gpumix.agent.start(); `gpumix-top --demo` runs one)"
+        return " no training ranks reporting (add gpumix.agent.start() to the training script)"
     ranks = {rank["rank"]: rank for rank in snapshot["ranks"]}
     tiers = {gpu["uuid"]: gpu["tier"] for gpu in snapshot["gpus"]}
     stragglers = run["stragglers"]

@@ -1,0 +1,69 @@
+"""DDP with the gpumix agent and its communication hook.
+
+    torchrun --nproc_per_node=2 examples/ddp_train.py --steps 100
+    # a GeForce box without P2P: NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 torchrun ...
+    # with --nccl-probe, the agent reports which rank pairs NCCL connects through SHM (host memory)
+
+Runs on CPU with gloo where there is no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import gpumix.agent
+from gpumix.agent import nccl_probe
+from gpumix.agent.ddp import watch_ddp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--nccl-probe", action="store_true", help="report NCCL's transport per rank pair")
+    parser.add_argument("--no-agent", action="store_true", help="the same job without gpumix (for overhead runs)")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    probe_log = nccl_probe.prepare() if args.nccl_probe and cuda else None  # before the process group
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(args.width, args.width), torch.nn.ReLU(), torch.nn.Linear(args.width, args.width),
+        torch.nn.ReLU(), torch.nn.Linear(args.width, 10),
+    ).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
+    agent = None if args.no_agent else gpumix.agent.start(job="ddp-example")
+    if agent is not None:
+        watch_ddp(agent, ddp)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    generator = torch.Generator(device="cpu").manual_seed(dist.get_rank())
+    for index in range(args.steps):
+        inputs = torch.randn(args.batch, args.width, generator=generator).to(device, non_blocking=True)
+        labels = torch.randint(0, 10, (args.batch,), generator=generator).to(device, non_blocking=True)
+        record = agent.step_begin(samples=args.batch) if agent else None
+        loss = torch.nn.functional.cross_entropy(ddp(inputs), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if agent is not None and record is not None:
+            agent.step_end(record, loss=loss, lr=optimizer.param_groups[0]["lr"])
+        if probe_log is not None and index == 1 and agent is not None:
+            nccl_probe.report(agent, probe_log)  # the communicator exists after the first all-reduce
+    if cuda:
+        torch.cuda.synchronize()
+    gpumix.agent.stop()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The agent's pieces that need no hub: launcher environment, NCCL log parsing, lazy values."""
+
+from __future__ import annotations
+
+from gpumix.agent import launcher_env, nccl_probe
+from gpumix.agent.lazy import LazyScalar
+
+NCCL_228_P2P = """\
+host:1234:1240 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM
+host:1234:1240 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM
+host:1234:1240 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM
+"""
+NCCL_228_SHM = """\
+host:1234:1240 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct
+host:1234:1240 [0] NCCL INFO Channel 01 : 1[1] -> 0[0] via SHM/direct/direct
+host:1234:1240 [0] NCCL INFO Connected all rings
+"""
+OTHER_VERSIONS = """\
+NCCL INFO Channel 00 : 2[2] -> 3[3] via P2P/IPC
+NCCL INFO Channel 00 : 3[3] -> 0[0] via SHM/direct
+NCCL INFO Channel 00 : 4[0] -> 5[0] [send] via NET/Socket/0
+NCCL INFO Channel 00/0 : 4[0] -> 5[0] via NET/Socket/0
+"""
+
+
+def test_parse_nccl_transports() -> None:
+    assert {c["transport"] for c in nccl_probe.parse_channels(NCCL_228_P2P)} == {"P2P/CUMEM"}
+    assert len(nccl_probe.parse_channels(NCCL_228_P2P)) == 2  # unique src/dst/transport
+    shm = nccl_probe.parse_channels(NCCL_228_SHM)
+    assert shm == [{"src": 0, "dst": 1, "transport": "SHM/direct/direct"}, {"src": 1, "dst": 0, "transport": "SHM/direct/direct"}]
+    kinds = {nccl_probe.transport_kind(c["transport"]) for c in nccl_probe.parse_channels(OTHER_VERSIONS)}
+    assert kinds == {"P2P", "SHM", "NET"}
+    assert nccl_probe.parse_channels("NCCL INFO Bootstrap : Using eth0") == []
+
+
+def test_prepare_sets_log_file_without_overriding(monkeypatch, tmp_path) -> None:
+    for name in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    path = nccl_probe.prepare(tmp_path)
+    assert path.parent == tmp_path
+    import os
+
+    assert os.environ["NCCL_DEBUG"] == "INFO" and os.environ["NCCL_DEBUG_SUBSYS"] == "INIT"
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    nccl_probe.prepare(tmp_path)
+    assert os.environ["NCCL_DEBUG"] == "WARN"  # the user's choice stands
+
+
+def test_rank_from_launchers() -> None:
+    assert launcher_env.rank_from_env({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}) == (3, 1, 8)
+    assert launcher_env.rank_from_env({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "6"}) == (5, 1, 6)
+    assert launcher_env.rank_from_env({}) == (0, None, 1)
+
+
+def test_cuda_visible_devices_maps_to_the_physical_gpu() -> None:
+    assert launcher_env.physical_gpu(0, {}) == (0, None)
+    assert launcher_env.physical_gpu(1, {"CUDA_VISIBLE_DEVICES": "7,3"}) == (3, None)
+    uuid = "GPU-51a1a7ed-0007-0002-00000000d88b"
+    assert launcher_env.physical_gpu(0, {"CUDA_VISIBLE_DEVICES": uuid}) == (None, uuid)
+    assert launcher_env.physical_gpu(2, {"CUDA_VISIBLE_DEVICES": "0,1"}) == (None, None)
+
+
+def test_nccl_environment_is_collected() -> None:
+    env = {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert launcher_env.nccl_environment(env) == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_IB_DISABLE": "1", "NCCL_P2P_DISABLE": "1"}
+
+
+def test_lazy_scalar_cpu_values() -> None:
+    import torch
+
+    assert LazyScalar(torch.tensor(2.5), None).read() == 2.5
+    assert LazyScalar(1, None).read() == 1.0
+    assert LazyScalar(None, None).read() is None
+    assert abs(LazyScalar(torch.tensor([1.0, 3.0]), None).read() - 2.0) < 1e-9
