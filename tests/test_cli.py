@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,6 @@ TOOL = [sys.executable, "-m", "gpumix.cli"]
 
 
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    import os
-
     return subprocess.run(args, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
 
 
@@ -98,3 +97,30 @@ def test_demo_once_includes_the_demo_ranks_and_their_straggler_tier() -> None:
     # the fast tier waits in the all-reduce for the slow one
     assert min(r["comm_share"] for r in ranks.values() if tier_of[r["gpu_uuid"]] == "RTX 4090 24G") > 0.5
     assert snapshot["run"]["stragglers"] == [0, 1, 2]
+
+
+def test_headless_hub_serves_snapshots_and_stops_cleanly(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from gpumix.hub.client import HubClient
+
+    sock = f"/tmp/gpumix-test-{os.getpid()}.sock"
+    hub = subprocess.Popen([*TOOL, "hub", "--demo", "--socket", sock, "--interval", "0.2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in hub.stdout.readline()
+        assert_one_line_error(run([*TOOL, "hub", "--demo", "--socket", sock]), "already listens")
+        client = HubClient(sock)
+        deadline = time.monotonic() + 15
+        snapshot = client.snapshot()
+        while time.monotonic() < deadline and not (snapshot and len(snapshot["ranks"]) == 10):
+            time.sleep(0.2)
+            snapshot = client.snapshot()
+        assert snapshot and len(snapshot["ranks"]) == 10 and len(snapshot["gpus"]) == 10
+        assert len(client.series(0, "power_w")) >= 1
+        client.close()
+    finally:
+        hub.send_signal(signal.SIGTERM)
+        assert hub.wait(timeout=15) == 0
+    assert not os.path.exists(sock)
