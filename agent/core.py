@@ -147,6 +147,17 @@ class Agent:
         if previous is not None:
             self.sender.put(self._message(previous))
 
+    def annotate_last(self, **values: Any) -> None:
+        """Set loss, lr, ... on the step that just ended (for frameworks that log after the step)."""
+        record = self._pending
+        if record is None:
+            return
+        for name, value in values.items():
+            if name == "loss":
+                record.lazy_loss = LazyScalar(value, self._pinned)
+            elif hasattr(record, name):
+                setattr(record, name, value)
+
     def _comm_seconds(self, index: int) -> float | None:
         total = None
         for probe in self.comm_probes:

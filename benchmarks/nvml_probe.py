@@ -98,6 +98,109 @@ def run_load(kind: str, seconds: float, report: str | None, device: str, size_mi
     return 0
 
 
+# -- the raw PCIe byte counters (fields 197/198) under load ------------------------------
+
+
+def read_counters(nvml: Any, handle: Any) -> dict[str, Any]:
+    values = nvml.nvmlDeviceGetFieldValues(handle, [197, 198])
+    tx, rx = values[0], values[1]
+    return {
+        "host_s": time.perf_counter(),
+        "ts_us": [int(tx.timestamp), int(rx.timestamp)],
+        "tx": int(tx.value.ullVal),
+        "rx": int(rx.value.ullVal),
+        "value_type": [int(tx.valueType), int(rx.valueType)],
+        "ret": [int(tx.nvmlReturn), int(rx.nvmlReturn)],
+    }
+
+
+def counter_analysis(reads: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """How one cumulative counter behaves over a series of reads: does it wrap, and where?"""
+    values = [r[key] for r in reads]
+    stamps = [r["ts_us"][0 if key == "tx" else 1] for r in reads]
+    drops = sum(1 for a, b in zip(values, values[1:], strict=False) if b < a)
+    out: dict[str, Any] = {
+        "reads": len(values),
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+        "max_bits": max(values).bit_length() if values else None,
+        "decreases": drops,
+        "timestamp_changes": sum(1 for a, b in zip(stamps, stamps[1:], strict=False) if b != a),
+    }
+    if len(values) > 1 and stamps[-1] > stamps[0]:
+        span_s = (stamps[-1] - stamps[0]) / 1e6
+        increasing = [(b - a) / ((tb - ta) / 1e6) for a, b, ta, tb in zip(values, values[1:], stamps, stamps[1:], strict=False) if b >= a and tb > ta]
+        out["rate_median_of_increasing_pairs"] = statistics.median(increasing) if increasing else None
+        for bits in (32, 40, 48):
+            modulus = 1 << bits
+            total = sum((b - a) % modulus for a, b in zip(values, values[1:], strict=False))
+            out[f"rate_unwrapped_mod_2^{bits}"] = total / span_s
+        out["rate_naive_first_to_last"] = (values[-1] - values[0]) / span_s
+    return out
+
+
+def counters(args: argparse.Namespace) -> dict[str, Any]:
+    """Reads fields 197/198 back to back (and at 10 ms, 100 ms, 1 s) while a copy load
+    runs, with nvmlDeviceGetPcieThroughput beside them, to see how the counters behave."""
+    nvml = pynvml
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    result: dict[str, Any] = {"tool": "nvml_probe counters", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                              "field_ids": {"tx": 197, "rx": 198}, "value_type_names": {0: "double", 1: "uint", 2: "ulong", 3: "ulonglong", 4: "slonglong", 5: "sint", 6: "ushort"}}
+
+    def series(duration_s: float, gap_s: float) -> list[dict[str, Any]]:
+        reads = []
+        ends = time.perf_counter() + duration_s
+        while time.perf_counter() < ends:
+            reads.append(read_counters(nvml, handle))
+            if gap_s:
+                time.sleep(gap_s)
+        return reads
+
+    def throughput() -> dict[str, Any]:
+        return {
+            "rx_kb_per_s": nvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES),
+            "tx_kb_per_s": nvml.nvmlDeviceGetPcieThroughput(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES),
+        }
+
+    idle = series(0.5, 0.0)
+    result["idle"] = {"tx": counter_analysis(idle, "tx"), "rx": counter_analysis(idle, "rx"), "first_read": idle[0], "throughput": throughput()}
+    for kind in args.load.split(","):
+        load = Loader(kind, args.seconds, args.load_device)
+        load.wait_ready()
+        phase: dict[str, Any] = {"kind": kind}
+        for label, duration, gap in (("back_to_back", 1.0, 0.0), ("every_10ms", 1.0, 0.01), ("every_100ms", 1.5, 0.1), ("every_1s", 4.0, 1.0)):
+            reads = series(duration, gap)
+            phase[label] = {"tx": counter_analysis(reads, "tx"), "rx": counter_analysis(reads, "rx")}
+            if label == "back_to_back":
+                phase["first_reads"] = reads[:3]
+                phase["value_types"] = sorted({tuple(r["value_type"]) for r in reads})
+                phase["returns"] = sorted({tuple(r["ret"]) for r in reads})
+        phase["throughput"] = [throughput() for _ in range(3)]
+        copies = load.copies()
+        phase["loader_bytes_per_s_median"] = statistics.median([c["bytes_per_s"] for c in copies]) if copies else None
+        phase["loader_output"] = load.lines[-3:]
+        result[kind] = phase
+    nvml.nvmlShutdown()
+    return result
+
+
+def counters_summary(result: dict[str, Any]) -> str:
+    lines = [f"PCIe byte counters (fields 197 tx / 198 rx), GPU 0; idle first read {result['idle']['first_read']}"]
+    for kind in [k for k in result if isinstance(result[k], dict) and "loader_bytes_per_s_median" in result[k]]:
+        phase = result[kind]
+        lines.append(f"  {kind}: loader {fmt_rate(phase['loader_bytes_per_s_median'])}; value types {phase['value_types']}; PcieThroughput {phase['throughput']}")
+        for label in ("back_to_back", "every_10ms", "every_100ms", "every_1s"):
+            for key in ("rx", "tx"):
+                a = phase[label][key]
+                lines.append(
+                    f"    {label:<12} {key}: reads {a['reads']} decreases {a['decreases']} max {a['max']} ({a['max_bits']} bits)"
+                    f" ts changes {a['timestamp_changes']}; rate increasing pairs {fmt_rate(a.get('rate_median_of_increasing_pairs'))},"
+                    f" mod 2^32 {fmt_rate(a.get('rate_unwrapped_mod_2^32'))}, naive {fmt_rate(a.get('rate_naive_first_to_last'))}"
+                )
+    return "\n".join(lines)
+
+
 # -- the probe ---------------------------------------------------------------------------
 
 
@@ -175,25 +278,43 @@ def compact_sample(sample: Any) -> dict[str, Any]:
     }
 
 
+class Loader:
+    """The load subprocess (this file's `load` command); `copies()` gives its per-second log."""
+
+    def __init__(self, kind: str, seconds: float, device: str) -> None:
+        self.kind = kind
+        self.report = Path(f"/tmp/gpumix-probe-load-{os.getpid()}-{kind}.jsonl")
+        self.report.unlink(missing_ok=True)
+        command = [sys.executable, os.path.abspath(__file__), "load", "--kind", kind, "--seconds", str(seconds),
+                   "--report", str(self.report), "--device", device]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        threading.Thread(target=self._read_output, daemon=True).start()
+
+    def _read_output(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+            if line.startswith("READY"):
+                self._ready.set()
+        self._ready.set()
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        self._ready.wait(timeout_s)
+
+    def copies(self) -> list[dict[str, Any]]:
+        self.process.wait(timeout=60)
+        copies = [json.loads(line) for line in self.report.read_text().splitlines()] if self.report.exists() else []
+        self.report.unlink(missing_ok=True)
+        return copies
+
+
 def under_load(backend: Any, machine: Any, kind: str, seconds: float, device: str) -> dict[str, Any]:
     """Start the loader, sample once a second while it runs, compare rates."""
-    report = Path(f"/tmp/gpumix-probe-load-{os.getpid()}-{kind}.jsonl")
-    report.unlink(missing_ok=True)
-    command = [sys.executable, os.path.abspath(__file__), "load", "--kind", kind, "--seconds", str(seconds), "--report", str(report), "--device", device]
-    loader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read_output() -> None:
-        assert loader.stdout is not None
-        for line in loader.stdout:
-            lines.append(line.rstrip())
-            if line.startswith("READY"):
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read_output, daemon=True).start()
-    ready.wait(120)
+    load = Loader(kind, seconds, device)
+    load.wait_ready()
+    loader, lines = load.process, load.lines
     samples = []
     backend.sample()  # a counter reading to take differences from
     started = time.monotonic()
@@ -204,9 +325,7 @@ def under_load(backend: Any, machine: Any, kind: str, seconds: float, device: st
         for s in backend.sample():
             if s.index == 0:
                 samples.append(compact_sample(s) | {"t": time.time()})
-    loader.wait(timeout=60)
-    copies = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
-    report.unlink(missing_ok=True)
+    copies = load.copies()
     steady = samples[1:-1] if len(samples) > 3 else samples  # drop the edges of the window
     result: dict[str, Any] = {
         "kind": kind,
@@ -313,6 +432,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--size-mib", type=int, default=256)
         args = parser.parse_args(argv[1:])
         return run_load(args.kind, args.seconds, args.report, args.device, args.size_mib)
+    if argv[:1] == ["counters"]:
+        parser = argparse.ArgumentParser(prog="nvml_probe.py counters", description="raw PCIe byte counters under load (real GPU 0)")
+        parser.add_argument("--load", default="h2d,d2h")
+        parser.add_argument("--seconds", type=float, default=12.0, help="each load runs this long (the reads take ~8 s)")
+        parser.add_argument("--load-device", default="cuda:0")
+        parser.add_argument("--out", metavar="FILE.json")
+        args = parser.parse_args(argv[1:])
+        result = counters(args)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=1, default=str) + "\n")
+        print(counters_summary(result))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--demo", action="store_true", help="the simulated demo rig")

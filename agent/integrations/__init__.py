@@ -1,0 +1,1 @@
+"""Framework integrations. Each module imports its framework; gpumix.agent itself never does."""

@@ -1,0 +1,71 @@
+"""DeepSpeed: micro-batch and accumulation from the engine, communication time from
+its `bwd_allreduce` timer.
+
+    engine, optimizer, _, _ = deepspeed.initialize(...)
+    watch_deepspeed(agent, engine)
+    for batches in loader:                       # one optimizer step
+        with agent.step(samples=micro * accumulation):
+            for batch in batches:                # accumulation micro-steps
+                loss = engine(batch); engine.backward(loss); engine.step()
+
+DeepSpeed times the gradient all-reduce only with "wall_clock_breakdown": true
+(its own option, which synchronises at each step to print its timers). We
+keep references to its timer's events and read them one step later: no
+further synchronisation from us. Without that option, comm time is not known.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from gpumix.agent.core import Agent
+
+ALLREDUCE_TIMER = "bwd_allreduce"  # deepspeed.utils.timer.BACKWARD_REDUCE_GLOBAL_TIMER
+KEPT_STEPS = 8
+
+
+class DeepSpeedCommTimer:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self._records: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
+
+    def note(self, record: Any) -> None:
+        self._records.setdefault(self.agent.steps, []).append(record)
+        while len(self._records) > KEPT_STEPS:
+            self._records.popitem(last=False)
+
+    def seconds(self, step: int) -> float | None:
+        records = self._records.pop(step, None)
+        if not records:
+            return None
+        total = 0.0
+        for record in records:
+            if isinstance(record, float):  # host timer: seconds
+                total += record
+                continue
+            start, end = getattr(record, "start_event", None), getattr(record, "end_event", None)
+            if start is None or end is None or not end.query():
+                return None  # not finished: skip rather than synchronise
+            total += start.elapsed_time(end) / 1000.0
+        return total
+
+
+def watch_deepspeed(agent: Agent, engine: Any) -> DeepSpeedCommTimer | None:
+    agent.micro_batch = engine.train_micro_batch_size_per_gpu()
+    agent.accumulation_steps = engine.gradient_accumulation_steps()
+    if not engine.wall_clock_breakdown():
+        return None
+    timer = engine.timers(ALLREDUCE_TIMER)
+    comm = DeepSpeedCommTimer(agent)
+    original_stop = timer.stop
+
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        result = original_stop(*args, **kwargs)
+        if timer.event_timers:
+            comm.note(timer.event_timers[-1])
+        return result
+
+    timer.stop = stop
+    agent.comm_probes.append(comm.seconds)
+    return comm

@@ -1,0 +1,54 @@
+"""DeepSpeed with the gpumix agent: micro-batch, accumulation and all-reduce time.
+
+    deepspeed --num_gpus 2 examples/deepspeed_train.py --zero 2
+    torchrun --nproc_per_node=2 examples/deepspeed_train.py       # CPU: gloo
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import deepspeed
+import torch
+
+import gpumix.agent
+from gpumix.agent.integrations.deepspeed import watch_deepspeed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--zero", type=int, default=0, help="ZeRO stage (2 needs GPUs)")
+    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--accumulation", type=int, default=2)
+    parser.add_argument("--local_rank", type=int, default=-1)  # set by the deepspeed launcher
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    config = {
+        "train_micro_batch_size_per_gpu": args.micro_batch,
+        "gradient_accumulation_steps": args.accumulation,
+        "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
+        "zero_optimization": {"stage": args.zero},
+        "wall_clock_breakdown": True,  # DeepSpeed's timers: gives the all-reduce time
+        "steps_per_print": 10**9,
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    agent = gpumix.agent.start(job="deepspeed-example")
+    watch_deepspeed(agent, engine)
+    device = engine.device
+    for _ in range(args.steps):
+        with agent.step(samples=args.micro_batch * args.accumulation) as step:
+            for _ in range(args.accumulation):
+                inputs = torch.randn(args.micro_batch, 256, device=device)
+                labels = torch.randint(0, 10, (args.micro_batch,), device=device)
+                loss = torch.nn.functional.cross_entropy(engine(inputs), labels)
+                engine.backward(loss)
+                engine.step()
+            step.loss = loss
+    gpumix.agent.stop()
+
+
+if __name__ == "__main__":
+    main()
