@@ -206,7 +206,7 @@ def run_one(command: list[str], seconds: float, warmup: float, cols: int, rows: 
         "exit_status": exit_status,
         "cpu_pct_of_one_core": main_process["cpu_pct_of_one_core"],  # the monitor process itself
         "tree_cpu_pct_of_one_core": round(100.0 * cpu_s / window_s, 3) if cpu_s is not None and window_s else None,
-        "cpu_pct_per_second": {
+        "tree_cpu_pct_per_second": {
             "median": round(statistics.median(cpu_per_second), 2) if cpu_per_second else None,
             "max": round(max(cpu_per_second), 2) if cpu_per_second else None,
         },

@@ -18,6 +18,7 @@ class HostSample:
     swap_used_bytes: int
     swap_total_bytes: int
     load_avg: list[float] = field(default_factory=list)
+    infiniband: bool = False  # an InfiniBand device exists (NCCL would probe it)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -31,6 +32,13 @@ class ProcessSample:
     cpu_pct: float | None  # of one core, like top
     rss_bytes: int | None
     command: str | None
+
+
+def _has_infiniband() -> bool:
+    try:
+        return any(os.scandir("/sys/class/infiniband"))
+    except OSError:
+        return False
 
 
 class HostSampler:
@@ -52,6 +60,7 @@ class HostSampler:
             swap_used_bytes=swap.used,
             swap_total_bytes=swap.total,
             load_avg=list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
+            infiniband=_has_infiniband(),
         )
 
     def processes(self, pids: set[int]) -> dict[int, ProcessSample]:

@@ -47,6 +47,12 @@ class FixedHostSampler(HostSampler):
         }
 
 
+@pytest.fixture(autouse=True)
+def private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The power audit log and runtime sockets of a test never touch the real home."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()

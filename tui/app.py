@@ -15,20 +15,33 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
+from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
 from gpumix.tui.panels import detail_text, host_text, run_line, title_line
+from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog
 from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
 
 
 class SnapshotSource(Protocol):
-    """What the app reads: an in-process Hub, or later a client of a remote one."""
+    """What the app reads and asks: an in-process Hub, or a HubClient of a running one."""
 
     def snapshot(self) -> dict[str, Any] | None: ...
 
     def series(self, index: int, name: str) -> list[float | None]: ...
+
+    def control(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def _user_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
 
 
 class GpumixApp(App[None]):
@@ -37,16 +50,26 @@ class GpumixApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit", id="quit"),
         Binding("question_mark", "help", "Help", key_display="?", id="help"),
-        Binding("t", "topology", "P2P/topo", id="topology"),
-        Binding("p", "processes", "Procs", id="processes"),
-        Binding("v", "switch_view", "HW/Train", id="switch_view"),
+        Binding("t", "topology", "P2P/topo", show=False, id="topology"),
+        Binding("p", "processes", "Procs", show=False, id="processes"),
+        Binding("v", "switch_view", "View", id="switch_view"),
         Binding("r", "ranks", "Ranks", id="ranks"),
+        Binding("f", "findings", "Findings", id="findings"),
+        Binding("g", "tiers", "Tiers", show=False, id="tiers"),
+        Binding("c", "power", "Cap", id="power"),
+        Binding("b", "fit_budget", "Budget", id="fit_budget"),
+        Binding("space", "mark", "Mark", show=False, id="mark"),
+        Binding("T", "mark_tier", "Mark tier", show=False, id="mark_tier"),
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
     ]
 
-    def __init__(self, source: SnapshotSource, interval_s: float = 1.0, theme: str | None = None) -> None:
+    CONTROL_ACTIONS = {"power", "fit_budget", "mark", "mark_tier"}
+
+    def __init__(self, source: SnapshotSource, interval_s: float = 1.0, theme: str | None = None,
+                 readonly: bool = False) -> None:
         super().__init__()
+        self.readonly = readonly  # a shared SSH session: every control hidden
         self.source = source
         self.interval_s = interval_s
         self.snapshot: dict[str, Any] | None = None
@@ -101,7 +124,7 @@ class GpumixApp(App[None]):
 
     def render_snapshot(self, snapshot: dict[str, Any]) -> None:
         screen = self.screen
-        if isinstance(screen, TopologyScreen | ProcessesScreen | RanksScreen):
+        if isinstance(screen, TopologyScreen | ProcessesScreen | RanksScreen | FindingsScreen | TiersScreen):
             screen.show(snapshot)
             return
         if isinstance(screen, GpuChartsScreen):
@@ -172,6 +195,93 @@ class GpumixApp(App[None]):
         self.push_screen(screen)
         if self.snapshot is not None:
             self.call_after_refresh(screen.show, self.snapshot)
+
+    def action_findings(self) -> None:
+        self._push_view(FindingsScreen())
+
+    def action_tiers(self) -> None:
+        self._push_view(TiersScreen())
+
+    def _push_view(self, screen: Any) -> None:
+        self.push_screen(screen)
+        if self.snapshot is not None:
+            self.call_after_refresh(screen.show, self.snapshot)
+
+    # -- controls (hidden with --readonly) -------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.readonly and action in self.CONTROL_ACTIONS:
+            return False
+        return True
+
+    def _gpu(self, uuid: str | None) -> dict[str, Any] | None:
+        return next((g for g in (self.snapshot or {}).get("gpus", []) if g["uuid"] == uuid), None)
+
+    def action_mark(self) -> None:
+        table = self.query_one(GpuTable)
+        uuid = table.selected_uuid
+        if uuid is not None:
+            table.marked ^= {uuid}
+            self._refresh_now()
+
+    def action_mark_tier(self) -> None:
+        table = self.query_one(GpuTable)
+        selected = self._gpu(table.selected_uuid)
+        if selected is not None:
+            table.marked = {g["uuid"] for g in self.snapshot["gpus"] if g["tier"] == selected["tier"]}
+            self._refresh_now()
+
+    def _refresh_now(self) -> None:
+        if self.snapshot is not None:
+            self.render_snapshot(self.snapshot)
+
+    def action_power(self) -> None:
+        table = self.query_one(GpuTable)
+        uuids = table.marked or ({table.selected_uuid} if table.selected_uuid else set())
+        gpus = [g for g in (self.snapshot or {}).get("gpus", []) if g["uuid"] in uuids and not g["lost"]]
+        if not gpus:
+            return
+
+        def dialog_closed(request: dict[str, Any] | None) -> None:
+            if request is None:
+                return
+            targets = ", ".join(str(g["index"]) for g in gpus)
+            what = f"cap {request['watts']:.0f} W" if request["action"] == "set" else "the default cap"
+            self.push_screen(ConfirmScreen(f"Set GPU(s) {targets} to {what}?"),
+                             lambda yes: self.send_control(request) if yes else None)
+
+        self.push_screen(PowerDialog(gpus), dialog_closed)
+
+    def action_fit_budget(self) -> None:
+        self.propose_fit()
+
+    @work(thread=True, group="control")
+    def propose_fit(self) -> None:
+        reply = self.source.control({"type": "power", "action": "fit", "dry_run": True})
+        self.call_from_thread(self._show_fit, reply)
+
+    def _show_fit(self, reply: dict[str, Any]) -> None:
+        if not reply["ok"]:
+            self.notify(reply["message"], severity="error", timeout=8)
+            return
+        caps = {str(g["index"]): g["new_w"] for g in reply["fit"]["gpus"] if abs(g["new_w"] - g["old_w"]) >= 0.5}
+        if not caps:
+            self.notify("the caps already fit the budget", timeout=5)
+            return
+        self.push_screen(FitScreen(reply), lambda yes: self.send_control({"type": "power", "action": "caps", "caps": caps}) if yes else None)
+
+    @work(thread=True, group="control")
+    def send_control(self, request: dict[str, Any]) -> None:
+        reply = self.source.control({**request, "user": _user_name()})
+        self.call_from_thread(self._control_done, reply)
+
+    def _control_done(self, reply: dict[str, Any]) -> None:
+        self.last_control_reply = reply
+        self.notify(reply["message"], severity="information" if reply["ok"] else "error", timeout=8)
+        if reply["ok"]:
+            self.query_one(GpuTable).marked.clear()
+
+    last_control_reply: dict[str, Any] | None = None
 
     def action_cursor_down(self) -> None:
         self.query_one(GpuTable).action_cursor_down()

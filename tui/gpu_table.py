@@ -13,7 +13,7 @@ from gpumix.tui.palette import Palette
 
 # (key, label, width): fixed widths keep columns still, so a tick rewrites only changed cells.
 HARDWARE_COLUMNS = (
-    ("index", "#", 2),
+    ("index", "#", 3),
     ("tier", "GPU", 9),
     ("util", "Util", 4),
     ("mem", "Mem", 8),
@@ -27,7 +27,7 @@ HARDWARE_COLUMNS = (
 )
 # The training view: the rank(s) on each GPU, beside its utilization.
 TRAINING_COLUMNS = (
-    ("index", "#", 2),
+    ("index", "#", 3),
     ("tier", "GPU", 9),
     ("util", "Util", 4),
     ("rank", "Rank", 5),
@@ -88,9 +88,11 @@ def training_cells(gpu: dict[str, Any], ranks: dict[int, dict[str, Any]], palett
 
 
 def row_cells(gpu: dict[str, Any], palette: Palette, ranks: dict[int, dict[str, Any]] | None = None,
-              columns: tuple[tuple[str, str, int], ...] = HARDWARE_COLUMNS) -> dict[str, Text]:
+              columns: tuple[tuple[str, str, int], ...] = HARDWARE_COLUMNS, marked: bool = False) -> dict[str, Text]:
     """The text of each cell of one GPU's row, styled where it flags something."""
-    cells: dict[str, tuple[str, Any]] = {"index": (str(gpu["index"]), None), "tier": (short_tier(gpu["tier"]), None)}
+    index = f"*{gpu['index']}" if marked else str(gpu["index"])
+    cells: dict[str, tuple[str, Any]] = {"index": (index, palette.warning if marked else None),
+                                         "tier": (short_tier(gpu["tier"]), None)}
     if gpu["lost"]:
         cells["util"] = ("LOST", palette.error)
         for key, _, _ in columns[3:]:
@@ -119,13 +121,14 @@ def row_cells(gpu: dict[str, Any], palette: Palette, ranks: dict[int, dict[str, 
 class GpuTable(DataTable):
     """Rows keyed by GPU UUID, columns by name: `update_cell` touches only what changed."""
 
-    BINDINGS = [Binding("enter", "select_cursor", "Charts", id="gpus.charts")]
+    BINDINGS = [Binding("enter", "select_cursor", "Charts", show=False, id="gpus.charts")]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", cell_padding=0, zebra_stripes=False, **kwargs)
         self._shown: dict[tuple[str, str], str] = {}  # (uuid, column) -> plain text on screen
         self._shown_styles: dict[tuple[str, str], str] = {}
         self.view = "hardware"
+        self.marked: set[str] = set()  # GPUs picked for a power change (space, T)
 
     @property
     def columns_shown(self) -> tuple[tuple[str, str, int], ...]:
@@ -156,7 +159,7 @@ class GpuTable(DataTable):
         columns = self.columns_shown
         for gpu in gpus:
             uuid = gpu["uuid"]
-            cells = row_cells(gpu, palette, by_rank, columns)
+            cells = row_cells(gpu, palette, by_rank, columns, marked=uuid in self.marked)
             if uuid not in self.rows:
                 self.add_row(*(cells[key] for key, _, _ in columns), key=uuid)
                 for key, _, _ in columns:

@@ -29,6 +29,9 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--interval", type=positive_float, default=1.0, metavar="SECONDS", help="refresh interval (default 1)")
     parser.add_argument("--theme", metavar="NAME", help="gpumix-dark (default), gpumix-light, gpumix-16, or a user theme")
     parser.add_argument("--history-minutes", type=positive_float, default=10.0, metavar="MIN", help="history kept for charts (default 10)")
+    parser.add_argument("--power-budget", type=positive_float, metavar="WATTS",
+                        help="the machine's GPU power budget (default: the rig's, if simulated)")
+    parser.add_argument("--readonly", action="store_true", help="hide every control (shared SSH sessions)")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, f"{error}. Try `gpumix-top --demo` to see a simulated rig.")
     except RigError as error:
         fail(PROG, str(error))
+    if args.power_budget:
+        hardware.power_budget_w = args.power_budget
     socket_path = demo_socket_path() if simulated else default_hub_address()
     try:
         node = start_node(hardware, socket_path, interval_s=args.interval, history_s=args.history_minutes * 60,
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_app(source: Any, args: argparse.Namespace) -> int:
     from gpumix.tui.app import GpumixApp  # textual loads only for the interactive monitor
 
-    GpumixApp(source, interval_s=args.interval, theme=args.theme).run()
+    GpumixApp(source, interval_s=args.interval, theme=args.theme, readonly=args.readonly).run()
     return 0
 
 

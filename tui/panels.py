@@ -14,9 +14,15 @@ SeriesFn = Callable[[int, str], list[float | None]]
 def title_line(snapshot: dict[str, Any]) -> str:
     driver = snapshot["driver"]
     clock = time.strftime("%H:%M:%S", time.localtime(snapshot["timestamp_s"]))
+    counts = {}
+    for finding in snapshot.get("findings", []):
+        counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
+    worst = next((s for s in ("error", "warning", "info") if s in counts), None)
+    mark = {"error": "✖", "warning": "▲", "info": "•"}.get(worst or "", "")
+    advice = f"{mark} {sum(counts.values())} findings" if counts else "no findings"
     return (
-        f"{snapshot['hostname']} · {snapshot['source']} · {len(snapshot['gpus'])} GPUs"
-        f" · driver {driver['driver_version'] or fmt.NA} · CUDA {driver['cuda_driver_version'] or fmt.NA} · {clock}"
+        f"{snapshot['hostname']} · {snapshot['source']} · {driver['driver_version'] or fmt.NA}"
+        f" · CUDA {driver['cuda_driver_version'] or fmt.NA} · {advice} · {clock}"
     )
 
 

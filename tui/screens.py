@@ -20,9 +20,14 @@ HELP_TEXT = """\
 
 [b]Keys[/b]
   ↑/↓ or j/k   select a GPU            enter   history charts of the GPU
+  v            hardware / training columns      r   ranks of the job
+  f            findings (advisor)      g       tiers: who waits, who drags
   t            P2P and topology        p       processes on the GPUs
+  c            power cap of the selected (or marked) GPUs; space marks a GPU,
+               T marks its whole tier  b       fit caps to the power budget
   ctrl+p       command palette (themes: "Change theme")
   ?            this help               q       quit (esc closes a screen)
+  (--readonly hides c, b, space and T)
 
 [b]GPU table[/b]
   Util     GPU utilization (nvidia-smi utilization.gpu); below 50 % is flagged

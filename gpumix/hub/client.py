@@ -26,7 +26,7 @@ class HubClient:
     def _receive(self, sock: socket.socket) -> dict[str, Any]:
         header = self._read_exactly(sock, protocol.HEADER.size)
         length = protocol.frame_length(header, protocol.MAX_SNAPSHOT_FRAME_BYTES)
-        return protocol.decode(self._read_exactly(sock, length), {"snapshot", "series"})
+        return protocol.decode(self._read_exactly(sock, length), {"snapshot", "series", "power_result"})
 
     @staticmethod
     def _read_exactly(sock: socket.socket, count: int) -> bytes:
@@ -64,6 +64,12 @@ class HubClient:
             return self.request({"type": "series", "index": index, "name": name})["values"]
         except (OSError, ConnectionError, protocol.ProtocolError):
             return []
+
+    def control(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.request(request)
+        except (OSError, ConnectionError, protocol.ProtocolError) as error:
+            return {"type": "power_result", "ok": False, "message": f"the hub did not answer: {error}", "changes": []}
 
     def close(self) -> None:
         if self._sock is not None:

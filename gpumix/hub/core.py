@@ -10,12 +10,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpumix.advisor import AdvisorSettings, findings
 from gpumix.history import GpuHistory
 from gpumix.host import HostSampler
 from gpumix.hub.ranks import RankStream, mark_stragglers, rank_summary, run_summary
 from gpumix.hw.open import Hardware
 from gpumix.hw.types import P2PLink
+from gpumix.power import PowerController
 from gpumix.snapshot import build_snapshot
+from gpumix.tiers import tier_table
 
 RankKey = tuple[str | None, int]  # (job, rank)
 MAX_RANKS = 4096  # bounded, whatever connects
@@ -54,6 +57,8 @@ class Hub:
         self._ranks_changed = True
         self._merged: dict[str, Any] | None = None  # hardware snapshot + current ranks
         self.on_tick: list[Callable[[], None]] = []  # e.g. the demo job pacing the simulated GPUs
+        self.power = PowerController(hardware.backend)
+        self._control_lock = threading.Lock()  # one control at a time
 
     # -- sampling ----------------------------------------------------------------
 
@@ -113,7 +118,23 @@ class Hub:
             on_gpu = [r["rank"] for r in ranks if r["gpu_uuid"] == gpu["uuid"] and r["connected"]]
             gpus.append({**gpu, "ranks": on_gpu})
         snapshot["gpus"] = gpus
+        snapshot["tiers"] = tier_table(snapshot)
+        host = snapshot.get("host") or {}
+        settings = AdvisorSettings(power_budget_w=self.hardware.power_budget_w, has_infiniband=bool(host.get("infiniband")))
+        snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings)]
         return snapshot
+
+    # -- controls ----------------------------------------------------------------
+
+    def control(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A control from a client (power caps); the reply says what changed or why not."""
+        from gpumix.hub.controls import power_control
+
+        with self._control_lock:
+            reply = power_control(self.power, self.snapshot(), request, self.hardware.power_budget_w)
+        if reply["ok"] and reply["changes"] and not request.get("dry_run"):
+            self.tick()  # show the new caps now, not at the next tick
+        return reply
 
     def agent_hello(self, info: dict[str, Any]) -> RankKey:
         key = (info["job"], info["rank"])

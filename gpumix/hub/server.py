@@ -173,6 +173,9 @@ class HubServer:
                 if name not in HISTORY_FIELDS:
                     raise ProtocolError(f"no history named {name!r}")
                 reply = {"type": "series", "values": self.hub.series(index, name or "")}
+            elif request["type"] == "power":
+                # NVML's setter takes milliseconds; off the loop all the same, so agents keep flowing
+                reply = await asyncio.get_running_loop().run_in_executor(None, self.hub.control, request)
             else:
                 raise ProtocolError("hello sent twice")
             writer.write(protocol.encode(reply))

@@ -161,6 +161,19 @@ class NvmlBackend:
         """Re-read the power limit on the next tick (after a cap was changed)."""
         self._slow_read_at.pop(index, None)
 
+    def power_limit_w(self, index: int) -> float | None:
+        """The power cap now (nvidia-smi power.limit), read fresh: controls must not act on a stale value."""
+        limit_mw = self._call(index, "nvmlDeviceGetPowerManagementLimit")
+        return limit_mw / 1000 if limit_mw is not None else None
+
+    def set_power_limit_w(self, index: int, watts: float) -> None:
+        """nvidia-smi -i INDEX -pl WATTS. Unlike reads, NVML's errors propagate: the caller
+        explains a refusal (NoPermission, NotSupported) to the user."""
+        if index in self._lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        self._nvml.nvmlDeviceSetPowerManagementLimit(self._handles[index], int(round(watts * 1000)))
+        self.forget_slow_readings(index)
+
     # -- static facts ---------------------------------------------------------
 
     def driver_info(self) -> DriverInfo:

@@ -14,6 +14,7 @@ import pynvml
 
 from gpumix.sim.machine import SimMachine
 
+_P2P_OK = 0
 _GPU_NOT_SUPPORTED = 2  # P2P status: GeForce cards refuse peer-to-peer
 _TOPOLOGY_HOSTBRIDGE = 30
 _TOPOLOGY_SYSTEM = 50
@@ -201,7 +202,7 @@ class SimNvml:
             raise TypeError("p2pIndex must be an int")
         self._check(handle_a, "nvmlDeviceGetP2PStatus")
         self._check(handle_b, "nvmlDeviceGetP2PStatus")
-        return _GPU_NOT_SUPPORTED
+        return _P2P_OK if self.machine.rig.p2p_supported else _GPU_NOT_SUPPORTED
 
     def nvmlDeviceGetTopologyCommonAncestor(self, handle_a: SimHandle, handle_b: SimHandle) -> int:
         a = self.machine.gpus[self._check(handle_a, "nvmlDeviceGetTopologyCommonAncestor")].spec

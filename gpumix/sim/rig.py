@@ -68,6 +68,7 @@ class Rig:
     driver_version: str
     cuda_driver_version: str  # "12.8"
     power_budget_w: float | None
+    p2p_supported: bool  # GeForce refuses P2P; a rig may model cards (or old drivers) that allow it
     gpus: tuple[SimGpuSpec, ...]
     source: str  # the file it came from
 
@@ -101,6 +102,7 @@ _TOP_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "driver_version": (str, False),
     "cuda_driver_version": (str, False),
     "power_budget_w": ((int, float), False),
+    "p2p_supported": (bool, False),
     "models": (dict, False),
     "gpus": (list, True),
 }
@@ -289,6 +291,7 @@ def parse_rig(text: str, source: str) -> Rig:
         driver_version=data.get("driver_version", "570.153.02"),
         cuda_driver_version=data.get("cuda_driver_version", "12.8"),
         power_budget_w=float(budget) if budget is not None else None,
+        p2p_supported=data.get("p2p_supported", False),
         gpus=tuple(specs),
         source=source,
     )

@@ -1,0 +1,102 @@
+"""Unequal samples per rank, trained correctly: loss weights and a global-batch sampler.
+
+DDP averages gradients over ranks, so a rank's mean loss over n_r samples
+weighs each of its samples B / (R * n_r). Scaling that mean loss by
+n_r * R / B (loss_weight) gives every sample of the global batch the same
+weight 1 / B: the gradient of the full-batch mean loss (design.md section 6).
+With k_r micro-batches of m_r samples, scale each micro-batch's mean loss by
+loss_weight * m_r / n_r.
+
+Standard library only; nothing here imports torch. GlobalBatchSampler has
+the __iter__/__len__ a torch DataLoader asks of a sampler.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+
+
+def loss_weight(n_r: int, ranks: int, global_batch: int) -> float:
+    """The factor on rank r's mean loss: n_r * R / B."""
+    return n_r * ranks / global_batch
+
+
+class GlobalBatchSampler:
+    """This rank's share of each global batch.
+
+    Each optimizer step t of an epoch takes the global batch
+    perm[t*B : (t+1)*B] of a permutation seeded by (seed, epoch), and rank r
+    gets the contiguous slice starting at sum(n_q for q < r), n_r long. The
+    global batches depend on seed, epoch, step and B only, never on the
+    split: after a restart with another split (same B), start_step resumes
+    exactly where the job stopped. The last partial global batch is dropped,
+    as with drop_last: every step has exactly B samples, so the loss weights
+    hold.
+
+    Yields n_r indices per step; a DataLoader with batch_size=n_r (or m_r,
+    for k_r micro-batches) groups them.
+    """
+
+    def __init__(self, dataset_len: int, samples_per_rank: Sequence[int], rank: int,
+                 seed: int = 0, epoch: int = 0, start_step: int = 0, shuffle: bool = True) -> None:
+        if not 0 <= rank < len(samples_per_rank):
+            raise ValueError(f"rank {rank} is not in a split of {len(samples_per_rank)} ranks")
+        if any(n < 0 for n in samples_per_rank) or sum(samples_per_rank) <= 0:
+            raise ValueError("samples per rank must be >= 0 and add up to more than 0")
+        self.dataset_len = dataset_len
+        self.samples_per_rank = list(samples_per_rank)
+        self.rank = rank
+        self.seed = seed
+        self.epoch = epoch
+        self.start_step = start_step  # optimizer steps of this epoch already done
+        self.shuffle = shuffle
+
+    @property
+    def global_batch(self) -> int:
+        return sum(self.samples_per_rank)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.dataset_len // self.global_batch
+
+    @property
+    def offset(self) -> int:
+        return sum(self.samples_per_rank[: self.rank])
+
+    def set_epoch(self, epoch: int) -> None:
+        """A new epoch starts at step 0; setting the epoch being resumed keeps start_step."""
+        if epoch != self.epoch:
+            self.start_step = 0
+        self.epoch = epoch
+
+    def permutation(self) -> list[int]:
+        order = list(range(self.dataset_len))
+        if self.shuffle:
+            # A string seed goes through SHA-512: the same order on every machine and run.
+            random.Random(f"gpumix:{self.seed}:{self.epoch}").shuffle(order)
+        return order
+
+    def steps(self) -> Iterator[list[int]]:
+        """This rank's indices, one list per remaining optimizer step."""
+        order = self.permutation()
+        n_r, start = self.samples_per_rank[self.rank], self.offset
+        for step in range(self.start_step, self.steps_per_epoch):
+            first = step * self.global_batch + start
+            yield order[first : first + n_r]
+
+    def __iter__(self) -> Iterator[int]:
+        for indices in self.steps():
+            yield from indices
+
+    def __len__(self) -> int:
+        return max(0, self.steps_per_epoch - self.start_step) * self.samples_per_rank[self.rank]
+
+
+def split_micro_batches(indices: Sequence[int], micro_batch: int) -> Iterator[list[int]]:
+    """Consecutive micro-batches of micro_batch indices (the last one shorter if
+    len(indices) is not a multiple; the planner makes n_r = m_r * k_r exactly)."""
+    if micro_batch < 1:
+        raise ValueError("micro_batch must be >= 1")
+    for first in range(0, len(indices), micro_batch):
+        yield list(indices[first : first + micro_batch])

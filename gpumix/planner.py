@@ -1,0 +1,471 @@
+"""The batch-split planner: samples per rank for one box of mixed GPUs.
+
+Pure functions, no I/O. Given what each rank measured, it proposes n_r
+samples per optimizer step (a micro-batch m_r that fits in memory times k_r
+accumulation steps, n_r = m_r * k_r exactly) so that every rank finishes its
+compute at about the same time, and predicts the step time of the current
+split, the proposal and the continuous bound (design.md section 6,
+docs/planner.md).
+
+Step model (as gpumix.sim.job_model): step time = max_r(n_r / s_r) + an
+all-reduce staged through host memory, 2(R-1)/R x gradient bytes over the
+slowest effective link. s_r is compute-only throughput: a synchronous job's
+whole-step rate says only how the batch is split, since every rank waits for
+the slowest one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from gpumix.sim.job_model import allreduce_seconds
+
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class RankMeasure:
+    """What the hub knows of one rank (gpumix/hub/ranks.py) and its GPU (snapshot)."""
+
+    rank: int
+    samples_per_s: float  # measured at current_samples per step
+    current_samples: int  # n_r now
+    link_bytes_per_s: float  # effective host link, one direction
+    gpu_uuid: str | None = None
+    micro_batch: int | None = None  # now; None: the whole n_r in one pass
+    compute_share: float | None = None  # compute_s / step_time_s; None: samples_per_s is compute-only
+    mem_total_bytes: int | None = None
+    mem_peak_bytes: int | None = None  # at micro_batch
+    mem_per_sample_bytes: float | None = None  # see estimate_mem_per_sample
+    tier: str | None = None
+
+    @property
+    def compute_samples_per_s(self) -> float:
+        """s_r: samples per second of compute alone (the step minus comm and data wait)."""
+        if self.compute_share:
+            return self.samples_per_s / self.compute_share
+        return self.samples_per_s
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    global_batch: int  # B, samples per optimizer step over all ranks
+    gradient_bytes: float
+    memory_safety_margin: float = 0.10  # share of a GPU's memory never planned for
+    exclude: frozenset[int] = field(default_factory=frozenset)
+    max_micro_batch: int | None = None
+    max_accumulation_steps: int | None = None  # 1: no accumulation, memory caps n_r itself
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    gpu_uuid: str | None
+    samples: int  # n_r
+    micro_batch: int  # m_r
+    accumulation_steps: int  # k_r, n_r = m_r * k_r
+    loss_weight: float  # n_r * R / B
+    limited_by: tuple[str, ...]  # "excluded", "memory", "integer rounding"; empty: none
+
+
+@dataclass(frozen=True)
+class Prediction:
+    compute_s: float
+    allreduce_s: float
+    samples: int
+
+    @property
+    def step_time_s(self) -> float:
+        return self.compute_s + self.allreduce_s
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.step_time_s if self.step_time_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class TierAlternative:
+    """The field's usual answer: train on the fastest homogeneous tier only."""
+
+    tier: str | None
+    ranks: tuple[int, ...]
+    prediction: Prediction
+
+
+@dataclass(frozen=True)
+class Plan:
+    global_batch: int
+    ranks: tuple[RankPlan, ...]
+    current: Prediction
+    proposed: Prediction
+    ideal: Prediction
+    kept_current: bool  # the proposal was no faster, so the current split stands
+    note: str | None
+    fast_tier_only: TierAlternative | None
+
+    @property
+    def speedup(self) -> float:
+        """Proposed over current, in samples/s (the same as step times when B is unchanged)."""
+        current = self.current.samples_per_s
+        return self.proposed.samples_per_s / current if current > 0 else math.inf
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+
+def estimate_mem_per_sample(points: Sequence[tuple[int, float]]) -> float | None:
+    """Bytes per sample of a micro-batch: least-squares slope of peak memory over
+    micro-batch size. None with fewer than two distinct sizes or a slope <= 0."""
+    if len({m for m, _ in points}) < 2:
+        return None
+    mean_m = sum(m for m, _ in points) / len(points)
+    mean_b = sum(b for _, b in points) / len(points)
+    spread = sum((m - mean_m) ** 2 for m, _ in points)
+    slope = sum((m - mean_m) * (b - mean_b) for m, b in points) / spread
+    return slope if slope > 0 else None
+
+
+def micro_batch_cap(measure: RankMeasure, request: PlanRequest) -> int | None:
+    """The largest micro-batch that fits, or None when nothing limits it.
+
+    The margin applies in both cases: torch's peak misses the CUDA context and
+    fragmentation. Without a per-sample figure the whole peak is taken to grow
+    with the micro-batch, which overestimates the cost of a sample: safe.
+    The current micro-batch runs already, so the cap is never below it.
+    """
+    cap: int | None = None
+    if measure.mem_total_bytes and measure.mem_peak_bytes and measure.micro_batch:
+        usable = measure.mem_total_bytes * (1.0 - request.memory_safety_margin)
+        per_sample = measure.mem_per_sample_bytes
+        if per_sample:
+            fixed = measure.mem_peak_bytes - per_sample * measure.micro_batch
+            cap = math.floor((usable - fixed) / per_sample)
+        else:
+            cap = math.floor(usable * measure.micro_batch / measure.mem_peak_bytes)
+        cap = max(cap, measure.micro_batch)
+    if request.max_micro_batch is not None:
+        cap = request.max_micro_batch if cap is None else min(cap, request.max_micro_batch)
+    return None if cap is None else max(1, cap)
+
+
+def factorize(samples: int, cap: int | None, max_k: int | None) -> tuple[int, int] | None:
+    """(m, k) with m * k == samples, m <= cap and k as small as possible; None if none."""
+    if cap is None or samples <= cap:
+        return samples, 1
+    for k in range(math.ceil(samples / cap), (max_k or samples) + 1):
+        if samples % k == 0:
+            return samples // k, k
+    return None
+
+
+def _good(samples: int, cap: int | None, max_k: int | None) -> bool:
+    """Splits into equal micro-batches at least half the cap: accumulation, but no tiny
+    micro-batches (a prime n_r above the cap would need micro-batches of one)."""
+    if cap is None or samples <= cap:
+        return True
+    fit = factorize(samples, cap, max_k)
+    return fit is not None and 2 * fit[0] >= cap
+
+
+# -- prediction -------------------------------------------------------------------------------
+
+
+def predict(
+    samples: Sequence[int], measures: Sequence[RankMeasure], gradient_bytes: float
+) -> Prediction:
+    taking_part = [(n, m) for n, m in zip(samples, measures, strict=True) if n > 0]
+    compute = max((n / m.compute_samples_per_s for n, m in taking_part), default=0.0)
+    allreduce = allreduce_seconds([m.link_bytes_per_s for _, m in taking_part], gradient_bytes)
+    return Prediction(compute_s=compute, allreduce_s=allreduce, samples=sum(samples))
+
+
+def ideal(
+    global_batch: int, measures: Sequence[RankMeasure], gradient_bytes: float
+) -> Prediction:
+    """The bound: a continuous throughput-proportional split, no memory or integer limits."""
+    total = sum(m.compute_samples_per_s for m in measures)
+    allreduce = allreduce_seconds([m.link_bytes_per_s for m in measures], gradient_bytes)
+    return Prediction(compute_s=global_batch / total, allreduce_s=allreduce, samples=global_batch)
+
+
+# -- the split --------------------------------------------------------------------------------
+
+
+def _water_fill(total: int, speeds: Sequence[float], upper: Sequence[int]) -> list[float]:
+    """Continuous shares proportional to speed, each held within [1, upper]."""
+    fixed: dict[int, float] = {}
+    while True:
+        free = [i for i in range(len(speeds)) if i not in fixed]
+        left = total - sum(fixed.values())
+        speed = sum(speeds[i] for i in free)
+        shares = {i: left * speeds[i] / speed for i in free} if speed > 0 else {}
+        over = [i for i in free if shares[i] > upper[i]]
+        if over:  # bounds from above first: they only raise the others' shares
+            fixed.update((i, float(upper[i])) for i in over)
+            continue
+        under = [i for i in free if shares[i] < 1]
+        if under:
+            fixed.update((i, 1.0) for i in under)
+            continue
+        return [fixed.get(i, shares.get(i, 0.0)) for i in range(len(speeds))]
+
+
+def _round(total: int, shares: Sequence[float], upper: Sequence[int]) -> list[int]:
+    """Largest-remainder rounding: floors, then +1 to the largest fractions, sum exact."""
+    counts = [min(upper[i], max(1, math.floor(x + 1e-9))) for i, x in enumerate(shares)]
+    order = sorted(range(len(shares)), key=lambda i: shares[i] - counts[i], reverse=True)
+    for i in order:
+        if sum(counts) >= total:
+            break
+        if counts[i] < upper[i]:
+            counts[i] += 1
+    return counts
+
+
+def _improve(counts: list[int], speeds: Sequence[float], upper: Sequence[int]) -> None:
+    """Move single samples from the slowest rank to the one that stays fastest after
+    taking it, while that lowers the slowest time."""
+    for _ in range(sum(counts) * len(counts) + 1):
+        times = [n / s for n, s in zip(counts, speeds, strict=True)]
+        slow = max(range(len(counts)), key=times.__getitem__)
+        takers = [j for j in range(len(counts)) if j != slow and counts[j] < upper[j]]
+        if counts[slow] <= 1 or not takers:
+            return
+        taker = min(takers, key=lambda j: (counts[j] + 1) / speeds[j])
+        if (counts[taker] + 1) / speeds[taker] >= times[slow] - _EPS:
+            return
+        counts[slow] -= 1
+        counts[taker] += 1
+
+
+def _min_max_exact(total: int, choices: Sequence[Sequence[int]], speeds: Sequence[float]
+                   ) -> list[int] | None:
+    """One value from each rank's choices, summing to total, with the least max time.
+    Dynamic programming over partial sums; the choices are short windows, so it is small."""
+    lows = [min(c) for c in choices]
+    highs = [max(c) for c in choices]
+    layer: dict[int, float] = {0: 0.0}
+    back: list[dict[int, tuple[int, int]]] = []
+    for j, values in enumerate(choices):
+        low_after, high_after = sum(lows[j + 1:]), sum(highs[j + 1:])
+        nxt: dict[int, float] = {}
+        ptr: dict[int, tuple[int, int]] = {}
+        for partial, time_s in layer.items():
+            for v in values:
+                reach = partial + v
+                if not total - high_after <= reach <= total - low_after:
+                    continue
+                t = max(time_s, v / speeds[j])
+                if reach not in nxt or t < nxt[reach]:
+                    nxt[reach], ptr[reach] = t, (partial, v)
+        if not nxt:
+            return None
+        layer = nxt
+        back.append(ptr)
+    if total not in layer:
+        return None
+    picked, partial = [], total
+    for ptr in reversed(back):
+        partial, v = ptr[partial]
+        picked.append(v)
+    return picked[::-1]
+
+
+def _fit_micro_batches(
+    counts: list[int], speeds: Sequence[float], caps: Sequence[int | None],
+    upper: Sequence[int], max_k: int | None,
+) -> None:
+    """Make every count split into good micro-batches (_good) at the least max time:
+    an exact search over windows around the counts, wider until a split is found."""
+    if all(_good(n, cap, max_k) for n, cap in zip(counts, caps, strict=True)):
+        return
+    total = sum(counts)
+    for width in (4, 16, 64):
+        choices = []
+        for n, cap, high in zip(counts, caps, upper, strict=True):
+            reach = width * (1 if cap is None else math.ceil(n / cap))  # gaps grow with k
+            choices.append([v for v in range(max(1, n - reach), min(high, n + reach) + 1)
+                            if _good(v, cap, max_k)])
+        best = _min_max_exact(total, choices, speeds)
+        if best is not None:
+            counts[:] = best
+            return
+    # No good split near: snap down, and one rank takes the rest with smaller micro-batches.
+    shed = 0
+    for i, cap in enumerate(caps):
+        while not _good(counts[i], cap, max_k):
+            counts[i] -= 1
+            shed += 1
+    fits = [j for j, n in enumerate(counts)
+            if n + shed <= upper[j] and factorize(n + shed, caps[j], max_k) is not None]
+    if not fits:
+        raise ValueError("no split of the global batch fits the memory and accumulation limits")
+    j = min(fits, key=lambda j: (counts[j] + shed) / speeds[j])
+    counts[j] += shed
+
+
+def _split(
+    global_batch: int, measures: Sequence[RankMeasure], request: PlanRequest
+) -> tuple[list[int], list[int | None], list[float]]:
+    """(counts, caps, continuous shares) for ranks that take part."""
+    speeds = [m.compute_samples_per_s for m in measures]
+    caps = [micro_batch_cap(m, request) for m in measures]
+    max_k = request.max_accumulation_steps
+    upper = [global_batch if c is None or max_k is None else min(global_batch, c * max_k)
+             for c in caps]
+    if global_batch < len(measures):
+        raise ValueError(f"global batch {global_batch} is smaller than the {len(measures)} ranks")
+    if sum(upper) < global_batch:
+        raise ValueError(f"global batch {global_batch} does not fit: at most {sum(upper)} "
+                         "samples within memory and accumulation limits")
+    shares = _water_fill(global_batch, speeds, upper)
+    counts = _round(global_batch, shares, upper)
+    _improve(counts, speeds, upper)
+    _fit_micro_batches(counts, speeds, caps, upper, max_k)
+    return counts, caps, shares
+
+
+def _reasons(
+    n: int, k: int, share: float, upper: int, time_s: float, pace_s: float,
+    unbounded_share: float,
+) -> tuple[str, ...]:
+    reasons = []
+    if k > 1 or (n == upper and upper < unbounded_share - 1e-9):
+        reasons.append("memory")
+    # Integers matter where they set the pace: a rank above its continuous share that the
+    # whole step waits for.
+    if n > share + 1e-9 and time_s >= pace_s - 1e-12:
+        reasons.append("integer rounding")
+    return tuple(reasons)
+
+
+def fastest_tier(measures: Sequence[RankMeasure], exclude: frozenset[int]) -> list[RankMeasure]:
+    """The tier with the highest median compute speed per card; ranks without a tier
+    form one group of their own."""
+    tiers: dict[str | None, list[RankMeasure]] = {}
+    for m in measures:
+        if m.rank not in exclude:
+            tiers.setdefault(m.tier, []).append(m)
+    return max(tiers.values(), key=lambda group: median(m.compute_samples_per_s for m in group))
+
+
+def _current_is_candidate(
+    measures: Sequence[RankMeasure], request: PlanRequest, caps: Sequence[int | None]
+) -> bool:
+    """The current split counts as an answer only if it meets this request: same B, the
+    same ranks, micro-batches within the caps."""
+    if sum(m.current_samples for m in measures) != request.global_batch:
+        return False
+    for m, cap in zip(measures, caps, strict=True):
+        if (m.rank in request.exclude) != (m.current_samples == 0):
+            return False
+        micro = m.micro_batch or m.current_samples
+        if m.current_samples and (m.current_samples % micro or (cap is not None and micro > cap)):
+            return False
+    return True
+
+
+def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
+    measures = sorted(measures, key=lambda m: m.rank)
+    part = [m for m in measures if m.rank not in request.exclude]
+    if not part:
+        raise ValueError("every rank is excluded")
+    if any(m.compute_samples_per_s <= 0 for m in part):
+        raise ValueError("every rank that takes part needs a throughput > 0")
+    B, grad = request.global_batch, request.gradient_bytes
+    counts, caps, shares = _split(B, part, request)
+    unbounded = _water_fill(B, [m.compute_samples_per_s for m in part], [B] * len(part))
+    by_rank = {m.rank: i for i, m in enumerate(part)}
+    proposed_counts = [counts[by_rank[m.rank]] if m.rank in by_rank else 0 for m in measures]
+
+    current_counts = [m.current_samples for m in measures]
+    current = predict(current_counts, measures, grad)
+    proposed = predict(proposed_counts, measures, grad)
+    all_caps = [micro_batch_cap(m, request) for m in measures]
+    kept = _current_is_candidate(measures, request, all_caps) and (
+        proposed.step_time_s >= current.step_time_s - 1e-12
+    )
+    note = None
+    R = len(part)
+    max_k = request.max_accumulation_steps
+    ranks = []
+    if kept:
+        proposed = current
+        note = "the current split is already as fast as any split found: kept"
+        for m in measures:
+            n = m.current_samples
+            micro = m.micro_batch or n
+            ranks.append(RankPlan(
+                rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
+                accumulation_steps=n // micro if n else 0, loss_weight=n * R / B,
+                limited_by=() if n else ("excluded",),
+            ))
+    else:
+        upper_of = {m.rank: (B if c is None or max_k is None else min(B, c * max_k))
+                    for m, c in zip(part, caps, strict=True)}
+        for m in measures:
+            if m.rank not in by_rank:
+                ranks.append(RankPlan(m.rank, m.gpu_uuid, 0, 0, 0, 0.0, ("excluded",)))
+                continue
+            i = by_rank[m.rank]
+            n = counts[i]
+            micro, k = factorize(n, caps[i], max_k) or (n, 1)
+            ranks.append(RankPlan(
+                rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
+                accumulation_steps=k, loss_weight=n * R / B,
+                limited_by=_reasons(n, k, shares[i], upper_of[m.rank],
+                                    n / m.compute_samples_per_s, proposed.compute_s, unbounded[i]),
+            ))
+        if proposed.step_time_s >= current.step_time_s - 1e-12:
+            note = "this request (batch, ranks or limits) is no faster than the current split"
+
+    tier = fastest_tier(measures, request.exclude)
+    fast = None
+    if len(tier) < len(part):
+        try:
+            tier_counts, _, _ = _split(B, tier, request)
+        except ValueError:  # B does not fit on the tier alone
+            tier_counts = None
+        if tier_counts is not None:
+            fast = TierAlternative(
+                tier=tier[0].tier, ranks=tuple(m.rank for m in tier),
+                prediction=predict(tier_counts, tier, grad),
+            )
+    return Plan(
+        global_batch=B, ranks=tuple(ranks), current=current, proposed=proposed,
+        ideal=ideal(B, part, grad), kept_current=kept, note=note, fast_tier_only=fast,
+    )
+
+
+def _prediction_json(p: Prediction) -> dict[str, float]:
+    return {"step_time_s": p.step_time_s, "compute_s": p.compute_s,
+            "allreduce_s": p.allreduce_s, "samples_per_s": p.samples_per_s}
+
+
+def plan_to_json(p: Plan) -> dict[str, Any]:
+    fast = None
+    if p.fast_tier_only is not None:
+        alt = p.fast_tier_only
+        fast = {"tier": alt.tier, "ranks": list(alt.ranks), **_prediction_json(alt.prediction),
+                "speedup_over_current": (alt.prediction.samples_per_s / p.current.samples_per_s
+                                         if p.current.samples_per_s > 0 else None)}
+    return {
+        "global_batch": p.global_batch,
+        "ranks": [
+            {"rank": r.rank, "gpu_uuid": r.gpu_uuid, "samples": r.samples,
+             "micro_batch": r.micro_batch, "accumulation_steps": r.accumulation_steps,
+             "loss_weight": r.loss_weight, "limited_by": list(r.limited_by) or None}
+            for r in p.ranks
+        ],
+        "current": _prediction_json(p.current),
+        "proposed": _prediction_json(p.proposed),
+        "ideal": _prediction_json(p.ideal),
+        "speedup": p.speedup if math.isfinite(p.speedup) else None,  # None: nothing runs now
+        "kept_current": p.kept_current,
+        "note": p.note,
+        "fast_tier_only": fast,
+    }

@@ -1,0 +1,161 @@
+"""Fit the GPUs' power caps under a machine budget at the least cost in throughput.
+
+Pure functions. Cards give up watts in steps, each step taken from the card
+whose cut costs the job least: in synchronous data-parallel training a card
+that waits for the slowest rank loses nothing until it becomes the slowest
+itself, so the fast tier of a mixed box usually gives up watts first.
+Throughput under a cap follows min(1, (cap/default)^0.25) (design.md, section 6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpumix.sim.job_model import power_factor
+
+STEP_W = 5.0
+
+
+class BudgetError(ValueError):
+    """The budget cannot be met; str() is the one line shown."""
+
+
+@dataclass(frozen=True)
+class GpuPower:
+    index: int
+    uuid: str
+    tier: str
+    cap_w: float
+    default_w: float
+    min_w: float
+    max_w: float
+    compute_s: float | None = None  # its rank's compute time per step at cap_w, when a job runs
+    comm_s: float = 0.0  # the job's all-reduce time (does not depend on power)
+
+
+@dataclass(frozen=True)
+class CapProposal:
+    index: int
+    uuid: str
+    tier: str
+    old_w: float
+    new_w: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class BudgetFit:
+    budget_w: float
+    caps_before_w: float
+    caps_after_w: float
+    step_before_s: float | None
+    step_after_s: float | None
+    throughput_kept: float  # predicted, 1.0 = nothing lost
+    proposals: list[CapProposal]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "budget_w": self.budget_w, "caps_before_w": self.caps_before_w, "caps_after_w": self.caps_after_w,
+            "step_before_s": self.step_before_s, "step_after_s": self.step_after_s,
+            "throughput_kept": self.throughput_kept,
+            "gpus": [proposal.__dict__ for proposal in self.proposals],
+        }
+
+
+def _compute_at(gpu: GpuPower, cap_w: float) -> float | None:
+    if gpu.compute_s is None:
+        return None
+    return gpu.compute_s * power_factor(gpu.cap_w, gpu.default_w) / power_factor(cap_w, gpu.default_w)
+
+
+def _job_step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
+    times = [_compute_at(gpu, caps[gpu.index]) for gpu in gpus]
+    known = [t for t in times if t is not None]
+    if not known:
+        return None
+    return max(known) + max(gpu.comm_s for gpu in gpus)
+
+
+def _standalone_loss(gpu: GpuPower, caps: dict[int, float], cut_w: float, weight: float) -> float:
+    """Without a job: a card's share of the box's throughput (by its default power) times its loss."""
+    before = power_factor(caps[gpu.index], gpu.default_w)
+    after = power_factor(caps[gpu.index] - cut_w, gpu.default_w)
+    return weight * (before - after) / before
+
+
+def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W) -> BudgetFit:
+    if budget_w <= 0:
+        raise BudgetError(f"the budget must be positive, got {budget_w:g} W")
+    floor = sum(gpu.min_w for gpu in gpus)
+    if budget_w < floor:
+        raise BudgetError(f"a {budget_w:.0f} W budget is below the sum of the cards' minimum caps ({floor:.0f} W)")
+    caps = {gpu.index: min(gpu.cap_w, gpu.max_w) for gpu in gpus}
+    in_job = [gpu for gpu in gpus if gpu.compute_s is not None]
+    step_before = _job_step(in_job, caps) if in_job else None
+    total_default = sum(gpu.default_w for gpu in gpus) or 1.0
+    while sum(caps.values()) > budget_w + 1e-9:
+        best: tuple[float, float, GpuPower] | None = None
+        for gpu in gpus:
+            cut = min(step_w, caps[gpu.index] - gpu.min_w, sum(caps.values()) - budget_w)
+            if cut <= 1e-9:
+                continue
+            if gpu.compute_s is not None:
+                trial = dict(caps)
+                trial[gpu.index] -= cut
+                cost = (_job_step(in_job, trial) or 0.0) - (_job_step(in_job, caps) or 0.0)
+            elif in_job:
+                cost = 0.0  # not in the running job: its watts cost the job nothing
+            else:
+                cost = _standalone_loss(gpu, caps, cut, gpu.default_w / total_default)
+            # least cost per watt first; on a tie, the card furthest above its minimum
+            key = (cost / cut, -(caps[gpu.index] - gpu.min_w))
+            if best is None or key < best[:2]:
+                best = (key[0], key[1], gpu)
+        if best is None:
+            break
+        gpu = best[2]
+        caps[gpu.index] -= min(step_w, caps[gpu.index] - gpu.min_w, sum(caps.values()) - budget_w)
+    step_after = _job_step(in_job, caps) if in_job else None
+    if step_before and step_after:
+        kept = step_before / step_after
+    else:
+        kept = sum(power_factor(caps[g.index], g.default_w) / power_factor(g.cap_w, g.default_w) * g.default_w
+                   for g in gpus) / total_default
+    proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, round(caps[g.index], 1), _reason(g, caps, in_job))
+                 for g in gpus]
+    return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()), step_before, step_after, kept, proposals)
+
+
+def _reason(gpu: GpuPower, caps: dict[int, float], in_job: list[GpuPower]) -> str:
+    new = caps[gpu.index]
+    if abs(new - gpu.cap_w) < 1e-9:
+        return "unchanged: every watt it would give up costs more than another card's"
+    if gpu.compute_s is None:
+        return "not in the running job: its watts cost the job nothing" if in_job else (
+            f"gives up {gpu.cap_w - new:.0f} W at a {100 * (1 - power_factor(new, gpu.default_w) / power_factor(gpu.cap_w, gpu.default_w)):.1f} % throughput cost")
+    slowest = max(_compute_at(g, caps[g.index]) or 0.0 for g in in_job)
+    mine = _compute_at(gpu, new) or 0.0
+    if mine < slowest - 1e-9:
+        wait = (slowest - mine) / (slowest + gpu.comm_s) if slowest + gpu.comm_s > 0 else 0.0
+        return f"still waits {100 * wait:.0f} % of each step for the slowest rank: its watts were idle"
+    return "now paces the job: cut until that cost the least among the cards"
+
+
+def gpu_power_from_snapshot(snapshot: dict[str, Any]) -> list[GpuPower]:
+    """The fit's input from a hub snapshot (caps, ranges, and the ranks' compute times)."""
+    ranks = {r["gpu_uuid"]: r for r in snapshot.get("ranks", []) if r.get("connected") and r.get("compute_s")}
+    # The slowest rank waits for no one: its communication time is the all-reduce itself.
+    allreduce_s = min((r["step_time_s"] - r["compute_s"] for r in ranks.values() if r.get("step_time_s")), default=0.0)
+    result = []
+    for gpu in snapshot["gpus"]:
+        needed = (gpu["power_cap_w"], gpu["power_limit_default_w"], gpu["power_limit_min_w"], gpu["power_limit_max_w"])
+        if gpu["lost"] or None in needed:
+            continue
+        rank = ranks.get(gpu["uuid"])
+        result.append(GpuPower(
+            index=gpu["index"], uuid=gpu["uuid"], tier=gpu["tier"], cap_w=gpu["power_cap_w"],
+            default_w=gpu["power_limit_default_w"], min_w=gpu["power_limit_min_w"], max_w=gpu["power_limit_max_w"],
+            compute_s=rank["compute_s"] if rank else None, comm_s=max(0.0, allreduce_s) if rank else 0.0,
+        ))
+    return result

@@ -1,0 +1,224 @@
+"""The batch-split planner: invariants under random rigs, and the mixed rig's figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpumix.planner import (
+    PlanRequest,
+    RankMeasure,
+    estimate_mem_per_sample,
+    micro_batch_cap,
+    plan,
+    plan_to_json,
+    predict,
+)
+
+GIB = 1024**3
+HUGE_LINK = 1e15  # comm ~ 0: compute alone decides
+MIXED_SPEEDS = [0.45] * 3 + [1.0] * 4 + [1.65] * 3
+MIXED_TIERS = ["rtx3060"] * 3 + ["rtx3090"] * 4 + ["rtx4090"] * 3
+
+
+def mixed_rig(current: list[int] | None = None, **extra) -> list[RankMeasure]:
+    current = current or [64] * 10
+    return [
+        RankMeasure(rank=i, samples_per_s=400 * speed * current[i] / 64, current_samples=current[i],
+                    link_bytes_per_s=HUGE_LINK, tier=tier, gpu_uuid=f"GPU-{i}", **extra)
+        for i, (speed, tier) in enumerate(zip(MIXED_SPEEDS, MIXED_TIERS, strict=True))
+    ]
+
+
+def test_mixed_rig_near_ideal_and_far_above_equal_split() -> None:
+    result = plan(mixed_rig(), PlanRequest(global_batch=640, gradient_bytes=1e8))
+    counts = [r.samples for r in result.ranks]
+    assert sum(counts) == 640
+    assert result.proposed.compute_s <= 1.05 * result.ideal.compute_s
+    assert result.current.compute_s >= 1.8 * result.proposed.compute_s
+    assert result.speedup >= 1.8
+    assert counts[0] < counts[3] < counts[7]  # proportional to speed
+    weights = [r.loss_weight for r in result.ranks]
+    assert math.isclose(sum(weights), 10)  # sum n_r R / B = R
+    doc = plan_to_json(result)
+    assert doc["ranks"][0]["samples"] == counts[0] and doc["speedup"] == result.speedup
+    assert set(doc) >= {"current", "proposed", "ideal", "speedup", "fast_tier_only"}
+
+
+def test_compute_share_turns_whole_step_rate_into_compute_speed() -> None:
+    # Synchronous DDP: every rank shows the same step time, so whole-step rates only mirror
+    # the (equal) split; the compute share tells the speeds apart.
+    step_s = 64 / (400 * 0.45)
+    measures = [
+        RankMeasure(rank=i, samples_per_s=64 / step_s, current_samples=64, link_bytes_per_s=HUGE_LINK,
+                    compute_share=(64 / (400 * speed)) / step_s)
+        for i, speed in enumerate(MIXED_SPEEDS)
+    ]
+    result = plan(measures, PlanRequest(global_batch=640, gradient_bytes=1e8))
+    assert result.speedup >= 1.8
+
+
+def test_memory_limited_rank_accumulates_and_says_memory() -> None:
+    # The 3060s fit 10 samples per micro-batch at most: they accumulate.
+    measures = mixed_rig(mem_total_bytes=12 * GIB)
+    measures = [
+        RankMeasure(**{**m.__dict__, "micro_batch": 8, "mem_peak_bytes": 8 * GIB if i < 3 else GIB // 2})
+        for i, m in enumerate(measures)
+    ]
+    request = PlanRequest(global_batch=640, gradient_bytes=1e8, memory_safety_margin=0.10)
+    assert micro_batch_cap(measures[0], request) == 10  # 12 GiB * 0.9 / 1 GiB per sample
+    result = plan(measures, request)
+    slow = result.ranks[0]
+    assert slow.micro_batch <= 10 and slow.accumulation_steps > 1
+    assert slow.micro_batch * slow.accumulation_steps == slow.samples
+    assert "memory" in slow.limited_by
+    assert "memory" not in result.ranks[7].limited_by
+
+
+def test_without_accumulation_memory_caps_samples_and_the_rest_move() -> None:
+    measures = [
+        RankMeasure(**{**m.__dict__, "micro_batch": 8, "mem_total_bytes": 12 * GIB,
+                       "mem_peak_bytes": 8 * GIB if i < 3 else GIB // 2})
+        for i, m in enumerate(mixed_rig())
+    ]
+    request = PlanRequest(global_batch=640, gradient_bytes=1e8, max_accumulation_steps=1)
+    result = plan(measures, request)
+    assert [r.samples for r in result.ranks[:3]] == [10, 10, 10]
+    assert all(r.limited_by == ("memory",) for r in result.ranks[:3])
+    assert sum(r.samples for r in result.ranks) == 640
+    assert result.proposed.step_time_s >= result.ideal.step_time_s
+
+
+def test_exclusion_and_fast_tier_alternative() -> None:
+    result = plan(mixed_rig(), PlanRequest(global_batch=640, gradient_bytes=1e8,
+                                           exclude=frozenset({2})))
+    assert result.ranks[2].samples == 0 and result.ranks[2].limited_by == ("excluded",)
+    assert result.ranks[2].loss_weight == 0
+    assert math.isclose(sum(r.loss_weight for r in result.ranks), 9)
+    assert sum(r.samples for r in result.ranks) == 640
+    fast = result.fast_tier_only
+    assert fast is not None and fast.tier == "rtx4090" and fast.ranks == (7, 8, 9)
+    # Three 4090s: 640 / (3 * 660) s of compute, slower than the whole box re-split.
+    assert math.isclose(fast.prediction.compute_s, 214 / 660)
+    assert fast.prediction.samples_per_s < result.proposed.samples_per_s
+    assert plan_to_json(result)["fast_tier_only"]["ranks"] == [7, 8, 9]
+
+
+def test_slow_chipset_link_makes_fast_tier_win() -> None:
+    # The 3060s sit behind an x1 riser: every all-reduce crawls at their pace.
+    measures = [RankMeasure(**{**m.__dict__, "link_bytes_per_s": 0.8e9 if i < 3 else 20e9})
+                for i, m in enumerate(mixed_rig())]
+    result = plan(measures, PlanRequest(global_batch=640, gradient_bytes=1e8))
+    assert result.fast_tier_only is not None
+    assert result.fast_tier_only.prediction.samples_per_s > result.proposed.samples_per_s
+
+
+def test_keeps_current_split_when_nothing_is_faster() -> None:
+    measures = [RankMeasure(rank=i, samples_per_s=100.0, current_samples=16, link_bytes_per_s=HUGE_LINK)
+                for i in range(4)]
+    result = plan(measures, PlanRequest(global_batch=64, gradient_bytes=1e8))
+    assert result.kept_current and result.note
+    assert [r.samples for r in result.ranks] == [16] * 4
+    assert result.speedup == 1.0
+
+
+def test_mem_per_sample_from_two_points() -> None:
+    assert estimate_mem_per_sample([(8, 2 * GIB + 8 * 100e6), (16, 2 * GIB + 16 * 100e6)]) == pytest.approx(100e6)
+    noisy = [(4, 2.0e9 + 4.0e8), (8, 2.0e9 + 8.1e8), (16, 2.0e9 + 15.9e8)]
+    assert estimate_mem_per_sample(noisy) == pytest.approx(1e8, rel=0.02)
+    assert estimate_mem_per_sample([(8, 1e9), (8, 1.1e9)]) is None
+    assert estimate_mem_per_sample([(8, 1e9)]) is None
+
+
+def test_cap_with_per_sample_figure_counts_fixed_memory_once() -> None:
+    measure = RankMeasure(rank=0, samples_per_s=1.0, current_samples=8, link_bytes_per_s=1.0, micro_batch=8,
+                          mem_total_bytes=10 * GIB, mem_peak_bytes=2 * GIB + 8 * 100 * 2**20,
+                          mem_per_sample_bytes=100 * 2**20)
+    request = PlanRequest(global_batch=8, gradient_bytes=1.0, memory_safety_margin=0.1)
+    assert micro_batch_cap(measure, request) == math.floor((9 * GIB - 2 * GIB) / (100 * 2**20))
+    unknown = RankMeasure(**{**measure.__dict__, "mem_per_sample_bytes": None})
+    assert micro_batch_cap(unknown, request) < micro_batch_cap(measure, request)  # safe side
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+@st.composite
+def rigs(draw: st.DrawFn) -> tuple[list[RankMeasure], PlanRequest, dict[int, int | None]]:
+    ranks = draw(st.integers(1, 8))
+    global_batch = draw(st.integers(ranks, 400))
+    current = [global_batch // ranks] * ranks
+    current[0] += global_batch - sum(current)
+    measures = []
+    for i in range(ranks):
+        micro = current[i]
+        peak = draw(st.one_of(st.none(), st.integers(1, 64).map(lambda g: g * 2**28)))
+        measures.append(RankMeasure(
+            rank=i, samples_per_s=draw(st.floats(1.0, 2000.0)), current_samples=current[i],
+            link_bytes_per_s=draw(st.floats(1e8, 1e11)), micro_batch=micro,
+            compute_share=draw(st.one_of(st.none(), st.floats(0.2, 1.0))),
+            mem_total_bytes=None if peak is None else peak * draw(st.integers(1, 6)),
+            mem_peak_bytes=peak,
+            mem_per_sample_bytes=draw(st.one_of(st.none(), st.floats(1e3, 2**28))) if peak else None,
+            tier=draw(st.sampled_from(["a", "b", None])),
+        ))
+    request = PlanRequest(
+        global_batch=global_batch, gradient_bytes=draw(st.floats(1e5, 1e9)),
+        memory_safety_margin=draw(st.floats(0.0, 0.3)),
+        max_micro_batch=draw(st.one_of(st.none(), st.integers(1, 64))),
+    )
+    caps = {m.rank: micro_batch_cap(m, request) for m in measures}
+    return measures, request, caps
+
+
+@settings(max_examples=300, deadline=None)
+@given(rigs())
+def test_plan_invariants(case) -> None:
+    measures, request, caps = case
+    result = plan(measures, request)
+    assert sum(r.samples for r in result.ranks) == request.global_batch
+    for r in result.ranks:
+        assert r.samples >= 1  # nobody is excluded here
+        assert r.micro_batch * r.accumulation_steps == r.samples
+        if caps[r.rank] is not None:
+            assert r.micro_batch <= caps[r.rank]
+    assert result.ideal.step_time_s <= result.proposed.step_time_s * (1 + 1e-9)
+    current_fits = all(caps[m.rank] is None or m.micro_batch <= caps[m.rank] for m in measures)
+    if current_fits:
+        assert result.proposed.step_time_s <= result.current.step_time_s * (1 + 1e-9)
+    # The reported figures are the step model's own for the split reported.
+    again = predict([r.samples for r in result.ranks], measures, request.gradient_bytes)
+    assert math.isclose(again.step_time_s, result.proposed.step_time_s)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rigs(), st.data())
+def test_excluded_ranks_get_nothing_and_others_at_least_one(case, data) -> None:
+    measures, request, _ = case
+    exclude = frozenset(data.draw(st.sets(st.sampled_from([m.rank for m in measures]),
+                                          max_size=len(measures) - 1)))
+    request = PlanRequest(**{**request.__dict__, "exclude": exclude})
+    result = plan(measures, request)
+    taking_part = len(measures) - len(exclude)
+    assert sum(r.samples for r in result.ranks) == request.global_batch
+    for r in result.ranks:
+        assert (r.samples == 0) == (r.rank in exclude)
+        assert math.isclose(r.loss_weight, r.samples * taking_part / request.global_batch)
+    assert result.ideal.step_time_s <= result.proposed.step_time_s * (1 + 1e-9)
+
+
+def test_accumulating_ranks_keep_micro_batches_at_least_half_the_cap() -> None:
+    # n_r above the cap must split into equal micro-batches: a prime n_r would need ones of
+    # size 1, so the planner picks counts that split well (B = 23: not 10 + 13 but 8 + 15).
+    for global_batch in range(2, 300):
+        measures = [RankMeasure(rank=i, samples_per_s=100 * (1 + 0.37 * i), current_samples=0,
+                                link_bytes_per_s=HUGE_LINK) for i in range(2)]
+        result = plan(measures, PlanRequest(global_batch=global_batch, gradient_bytes=1e6,
+                                            max_micro_batch=10))
+        assert sum(r.samples for r in result.ranks) == global_batch
+        for r in result.ranks:
+            assert r.micro_batch <= 10
+            assert r.accumulation_steps == 1 or 2 * r.micro_batch >= 10, (global_batch, r)
+        assert result.proposed.compute_s <= result.ideal.compute_s + 10 / 100

@@ -1,0 +1,135 @@
+"""Power-cap dialogs: set or reset caps of GPUs, fit caps to the budget. Each change
+is confirmed first; a cancel changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from gpumix.tui import format as fmt
+
+DIALOG_CSS = """
+{name} {{ align: center middle; }}
+{name} > Vertical {{ width: 76; height: auto; max-height: 22; border: round $primary; background: $surface; padding: 0 1; }}
+{name} Horizontal {{ height: auto; }}
+{name} Button {{ margin: 0 1 0 0; }}
+{name} .error {{ color: $error; }}
+"""
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="confirm.cancel"),
+                Binding("y", "dismiss(True)", "Yes", id="confirm.yes")]
+    DEFAULT_CSS = DIALOG_CSS.format(name="ConfirmScreen")
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.question, id="question")
+            with Horizontal():
+                yield Button("Yes, apply", id="yes", variant="warning")
+                yield Button("Cancel", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+def parse_watts(text: str, gpus: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """The cap typed, or None and why it cannot be taken (checked before anything is sent)."""
+    try:
+        watts = float(text.strip().removesuffix("W").removesuffix("w"))
+    except ValueError:
+        return None, f"not a number of watts: {text!r}"
+    for gpu in gpus:
+        low, high = gpu["power_limit_min_w"], gpu["power_limit_max_w"]
+        if low is None or high is None:
+            return None, f"GPU {gpu['index']} does not report its allowed range"
+        if not low <= watts <= high:
+            return None, f"GPU {gpu['index']} ({gpu['tier']}) takes {low:.0f}–{high:.0f} W"
+    return watts, ""
+
+
+class PowerDialog(ModalScreen[dict[str, Any] | None]):
+    """Returns a power request ({action, gpus, watts}) or None when cancelled."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="power.cancel")]
+    DEFAULT_CSS = DIALOG_CSS.format(name="PowerDialog")
+
+    def __init__(self, gpus: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.gpus = gpus
+
+    def compose(self) -> ComposeResult:
+        lines = [f"Power cap for {len(self.gpus)} GPU(s)", ""]
+        for gpu in self.gpus:
+            lines.append(
+                f" GPU {gpu['index']} {gpu['tier']:<13} draw {fmt.watts(gpu['power_w']):>4} W  cap {fmt.watts(gpu['power_cap_w']):>4} W"
+                f"  default {fmt.watts(gpu['power_limit_default_w'])} W  range {fmt.watts(gpu['power_limit_min_w'])}–"
+                f"{fmt.watts(gpu['power_limit_max_w'])} W"
+            )
+        with Vertical():
+            yield Static("\n".join(lines))
+            yield Input(placeholder="new cap in watts", id="watts")
+            yield Label("", id="problem", classes="error")
+            with Horizontal():
+                yield Button("Apply…", id="apply", variant="primary")
+                yield Button("Reset to default…", id="reset")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        _, problem = parse_watts(event.value, self.gpus) if event.value.strip() else (None, "")
+        self.query_one("#problem", Label).update(problem)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self._apply()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply":
+            self._apply()
+        elif event.button.id == "reset":
+            self.dismiss({"type": "power", "action": "reset", "gpus": [g["index"] for g in self.gpus]})
+        else:
+            self.dismiss(None)
+
+    def _apply(self) -> None:
+        watts, problem = parse_watts(self.query_one(Input).value, self.gpus)
+        if watts is None:
+            self.query_one("#problem", Label).update(problem)
+            return
+        self.dismiss({"type": "power", "action": "set", "gpus": [g["index"] for g in self.gpus], "watts": watts})
+
+
+class FitScreen(ModalScreen[bool]):
+    """Shows a fit-to-budget proposal and its reasons; True applies it."""
+
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="fit.cancel")]
+    DEFAULT_CSS = DIALOG_CSS.format(name="FitScreen")
+
+    def __init__(self, proposal: dict[str, Any]) -> None:
+        super().__init__()
+        self.proposal = proposal
+
+    def compose(self) -> ComposeResult:
+        fit = self.proposal["fit"]
+        lines = [self.proposal["message"], ""]
+        for gpu in fit["gpus"]:
+            lines.append(f" GPU {gpu['index']} {gpu['tier']:<13} {gpu['old_w']:>4.0f} → {gpu['new_w']:>4.0f} W  {gpu['reason']}")
+        with Vertical():
+            yield Static("\n".join(lines), id="fit-text")
+            with Horizontal():
+                yield Button("Apply…", id="apply", variant="warning")
+                yield Button("Cancel", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "apply")
