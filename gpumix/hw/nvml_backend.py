@@ -15,6 +15,7 @@ schedule; total energy costs 3.7 ms, so energy is integrated from power.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from typing import Any
 
 import pynvml
 
+from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S, PCIE_GUARD_MIN_WAIT_S, PcieCounters
 from gpumix.hw.types import DriverInfo, GpuInfo, GpuProcess, GpuSample, NoDriverError, P2PLink
 
 # nvidia-ml-py 13.x defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a
@@ -126,7 +128,10 @@ class NvmlBackend:
                 self._handles.append(None)
                 self._lost.add(index)
         self._infos = [self._read_info(index) for index in range(count)]
-        self._pcie_last: dict[int, tuple[int, int, int]] = {}  # gpu -> (timestamp_us, tx, rx)
+        self._pcie: dict[int, PcieCounters] = {}
+        self._pcie_lock = threading.Lock()  # the sampler and the wrap guard both read counters
+        self._pcie_guard: threading.Thread | None = None
+        self._guard_stop = threading.Event()
         self._pcie_fallback_pool: ThreadPoolExecutor | None = None
         self._slow_read_at: dict[int, float] = {}
         self._slow_values: dict[int, tuple[float | None, int | None]] = {}
@@ -297,8 +302,8 @@ class NvmlBackend:
         if fallback:
             self._pcie_from_throughput(fallback)
 
-    def _pcie_from_counters(self, index: int) -> tuple[float, float] | None:
-        """Rate = delta of the cumulative byte counters / delta of their timestamps."""
+    def _read_counters(self, index: int) -> PcieCounters | None:
+        """Read fields 197/198 and fold them into the GPU's unwrapped totals."""
         values = self._call(index, "nvmlDeviceGetFieldValues", [FIELD_PCIE_TX_BYTES, FIELD_PCIE_RX_BYTES])
         if values is None:
             if (index, "nvmlDeviceGetFieldValues") in self.unsupported:
@@ -307,14 +312,54 @@ class NvmlBackend:
         if any(value.nvmlReturn != pynvml.NVML_SUCCESS for value in values):
             self.unsupported[(index, "pcie_counters")] = "PCIe byte counters not supported"
             return None
-        timestamp_us = int(values[0].timestamp)
-        tx, rx = int(values[0].value.ullVal), int(values[1].value.ullVal)
-        last = self._pcie_last.get(index)
-        self._pcie_last[index] = (timestamp_us, tx, rx)
-        if last is None or timestamp_us <= last[0] or tx < last[1] or rx < last[2]:
-            return None  # first reading, or a counter reset
-        elapsed_s = (timestamp_us - last[0]) / 1e6
-        return (tx - last[1]) / elapsed_s, (rx - last[2]) / elapsed_s
+        with self._pcie_lock:
+            counters = self._pcie.get(index)
+            if counters is None:
+                counters = self._pcie[index] = PcieCounters()
+            counters.update(int(values[0].timestamp), values[0], values[1])
+            return counters
+
+    def _pcie_from_counters(self, index: int) -> tuple[float, float] | None:
+        """Rate = delta of the (unwrapped) cumulative byte counters / delta of their timestamps."""
+        counters = self._read_counters(index)
+        if counters is None:
+            return None
+        with self._pcie_lock:
+            rates = counters.rates_since_sample()
+            if counters.wraps_soon():
+                self._start_pcie_guard()
+        return rates
+
+    def poll_pcie_counters(self) -> float:
+        """One pass of the wrap guard: read the counters of GPUs whose 32-bit counters
+        would wrap before the next tick. Returns seconds until the next read is due."""
+        wait_s = PCIE_GUARD_MAX_WAIT_S
+        now_us = int(self._clock() * 1e6)
+        for index in list(self._pcie):
+            counters = self._pcie[index]
+            if index in self._lost or (index, "pcie_counters") in self.unsupported:
+                continue
+            due_s = counters.next_read_due_s(now_us)
+            if due_s is not None and due_s <= 0:
+                self._read_counters(index)
+                due_s = self._pcie[index].next_read_due_s(int(self._clock() * 1e6))
+            if due_s is not None:
+                wait_s = min(wait_s, max(PCIE_GUARD_MIN_WAIT_S, due_s))
+        return wait_s
+
+    def _start_pcie_guard(self) -> None:
+        if self._pcie_guard is not None or self._guard_stop.is_set():
+            return
+        self._pcie_guard = threading.Thread(target=self._guard_pcie, name="gpumix-pcie-guard", daemon=True)
+        self._pcie_guard.start()
+
+    def _guard_pcie(self) -> None:
+        while not self._guard_stop.is_set():
+            try:
+                wait_s = self.poll_pcie_counters()
+            except Exception:  # never let the guard die on a driver hiccup
+                wait_s = PCIE_GUARD_MAX_WAIT_S
+            self._guard_stop.wait(wait_s)
 
     def _pcie_from_throughput(self, samples: list[GpuSample]) -> None:
         """nvmlDeviceGetPcieThroughput blocks ~21 ms per call: run them all in parallel."""
@@ -368,6 +413,7 @@ class NvmlBackend:
             return None
 
     def close(self) -> None:
+        self._guard_stop.set()
         if self._pcie_fallback_pool is not None:
             self._pcie_fallback_pool.shutdown(wait=False)
         self._system_call("nvmlShutdown")

@@ -14,6 +14,7 @@ import pynvml
 
 from gpumix.sim.machine import SimMachine
 
+COUNTER_MODULUS = 1 << 32
 _P2P_OK = 0
 _GPU_NOT_SUPPORTED = 2  # P2P status: GeForce cards refuse peer-to-peer
 _TOPOLOGY_HOSTBRIDGE = 30
@@ -165,18 +166,21 @@ class SimNvml:
         return self.machine.gpus[self._check(handle, "nvmlDeviceGetCurrPcieLinkWidth")].spec.link_width_max
 
     def nvmlDeviceGetFieldValues(self, handle: SimHandle, field_ids: list[int]) -> list[Any]:
+        """Like an H200 on driver 580: the PCIe byte counters are 32-bit and wrap every 4.29 GB."""
         index = self._check(handle, "nvmlDeviceGetFieldValues")
         timestamp_s, tx, rx = self.machine.pcie_counters(index)
         by_field = {pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: tx, pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: rx}
         values = []
         for field_id in field_ids:
             known = field_id in by_field
+            wrapped = int(by_field.get(field_id, 0)) % COUNTER_MODULUS
             values.append(
                 SimpleNamespace(
                     fieldId=field_id,
                     timestamp=int(timestamp_s * 1e6),
                     nvmlReturn=pynvml.NVML_SUCCESS if known else pynvml.NVML_ERROR_NOT_SUPPORTED,
-                    value=SimpleNamespace(ullVal=int(by_field.get(field_id, 0))),
+                    valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                    value=SimpleNamespace(uiVal=wrapped, ullVal=wrapped),
                 )
             )
         return values

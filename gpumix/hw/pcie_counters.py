@@ -1,0 +1,113 @@
+"""Cumulative PCIe byte counters (NVML fields 197/198), unwrapped.
+
+On an H200 (driver 580) the counters come back as 32-bit values: they wrap
+every 4.29 GB, i.e. every 72 ms at gen5 x16 speed. A tick of one second
+would then see nonsense. So each reading is folded into a 64-bit total
+modulo the counter's width, and while a GPU moves data fast enough to wrap
+before the next tick, a guard thread reads its counters often enough
+(at least twice per wrap) for the total to stay exact.
+
+The read period follows the last measured rate, not the link's maximum: an
+idle GPU costs no extra reads. A burst that starts from idle can be
+under-read for the first interval, until the rate is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+PCIE_GUARD_MIN_WAIT_S = 0.02
+PCIE_GUARD_MAX_WAIT_S = 1.0
+READS_PER_WRAP = 2.0  # read at least this often per wrap period: each step < half a wrap
+# Faster than any PCIe link (gen6 x16 is ~121 GB/s per direction): a step that implies more
+# is a counter reset (driver reload), not traffic.
+MAX_PLAUSIBLE_BYTES_PER_S = 256e9
+
+_WIDTH_BITS = {
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: 32,
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: 64,
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: 64,
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: 63,
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: 31,
+}
+_MEMBER = {
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+}
+
+
+def field_value(value: Any) -> tuple[int, int]:
+    """(raw value, modulus) of one nvmlFieldValue_t, read by its declared type."""
+    kind = getattr(value, "valueType", pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)
+    member = _MEMBER.get(kind, "ullVal")
+    return int(getattr(value.value, member)), 1 << _WIDTH_BITS.get(kind, 64)
+
+
+@dataclass
+class PcieCounters:
+    """Unwrapped totals of one GPU's TX/RX counters, and where the last tick left them."""
+
+    modulus: int = 1 << 64
+    timestamp_us: int | None = None
+    raw_tx: int = 0
+    raw_rx: int = 0
+    total_tx: int = 0
+    total_rx: int = 0
+    sampled_us: int | None = None  # totals at the last tick, for its rate
+    sampled_tx: int = 0
+    sampled_rx: int = 0
+    rate_bytes_per_s: float = 0.0  # the busier direction, last measured
+    reset: bool = False  # the counters restarted since the last tick: its rate is unknown
+
+    def update(self, timestamp_us: int, tx_value: Any, rx_value: Any) -> None:
+        tx, self.modulus = field_value(tx_value)
+        rx, _ = field_value(rx_value)
+        if self.timestamp_us is not None and timestamp_us > self.timestamp_us:
+            step_tx = (tx - self.raw_tx) % self.modulus
+            step_rx = (rx - self.raw_rx) % self.modulus
+            elapsed_s = (timestamp_us - self.timestamp_us) / 1e6
+            if max(step_tx, step_rx) / elapsed_s > MAX_PLAUSIBLE_BYTES_PER_S:
+                self.reset = True
+            else:
+                self.total_tx += step_tx
+                self.total_rx += step_rx
+                self.rate_bytes_per_s = max(step_tx, step_rx) / elapsed_s
+        if self.timestamp_us is None or timestamp_us > self.timestamp_us:
+            self.timestamp_us, self.raw_tx, self.raw_rx = timestamp_us, tx, rx
+
+    def rates_since_sample(self) -> tuple[float, float] | None:
+        """(tx, rx) bytes/s since the previous tick; None on the first."""
+        if self.timestamp_us is None:
+            return None
+        previous = self.sampled_us
+        rates = None
+        if self.reset:
+            self.reset = False
+        elif previous is not None and self.timestamp_us > previous:
+            elapsed_s = (self.timestamp_us - previous) / 1e6
+            rates = ((self.total_tx - self.sampled_tx) / elapsed_s, (self.total_rx - self.sampled_rx) / elapsed_s)
+        if previous is None or self.timestamp_us > previous:
+            self.sampled_us, self.sampled_tx, self.sampled_rx = self.timestamp_us, self.total_tx, self.total_rx
+        return rates
+
+    def wrap_period_s(self) -> float | None:
+        if self.rate_bytes_per_s <= 0:
+            return None
+        return self.modulus / self.rate_bytes_per_s
+
+    def wraps_soon(self, tick_s: float = PCIE_GUARD_MAX_WAIT_S) -> bool:
+        period = self.wrap_period_s()
+        return period is not None and period / READS_PER_WRAP < tick_s
+
+    def next_read_due_s(self, now_us: int) -> float | None:
+        """Seconds until the counters must be read again to stay exact; None: no hurry."""
+        period = self.wrap_period_s()
+        if period is None or self.timestamp_us is None or period / READS_PER_WRAP >= PCIE_GUARD_MAX_WAIT_S:
+            return None
+        return period / READS_PER_WRAP - (now_us - self.timestamp_us) / 1e6
