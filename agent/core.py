@@ -21,7 +21,9 @@ from typing import Any
 
 from gpumix.agent import launcher_env
 from gpumix.agent.lazy import LazyScalar, PinnedPool
+from gpumix.agent.restart import RestartControl
 from gpumix.agent.sender import Sender
+from gpumix.run_plan import PLAN_ENV, RunPlan, load_plan
 
 log = logging.getLogger("gpumix.agent")
 RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often
@@ -76,6 +78,7 @@ class Agent:
         self.micro_batch: int | None = None
         self.accumulation_steps: int | None = None
         self.comm_probes: list[CommProbe] = []
+        self.phase_probes: list[Callable[[], dict[str, float | None]]] = []  # forward_s, backward_s, ...
         self.steps = 0
         self._last_end_s: float | None = None
         self._pending: StepRecord | None = None  # sent when the next step ends
@@ -84,6 +87,9 @@ class Agent:
         self._resources_at = 0.0
         self._process: Any = None
         self._warned = False
+        self.gradient_bytes: int | None = None  # set by watch_ddp: what the planner's all-reduce moves
+        self.restart = RestartControl(self.rank)
+        self.plan = _load_plan()
         self.sender = Sender(address, self._hello, max_messages=max_messages)
 
     # -- identity ---------------------------------------------------------------
@@ -147,6 +153,25 @@ class Agent:
         if previous is not None:
             self.sender.put(self._message(previous))
 
+    # -- supervised restarts (gpumix run) --------------------------------------------
+
+    @property
+    def resume_step(self) -> int:
+        """Optimizer steps already done when the supervisor relaunched us (0: a fresh start)."""
+        return self.restart.resume_step
+
+    def on_checkpoint(self, hook: Callable[[int], object]) -> None:
+        """hook(steps_done) saves everything needed to resume; it runs on a restart."""
+        self.restart.hook = hook
+
+    def restart_point(self, steps_done: int) -> bool:
+        """Call after each optimizer step. True: checkpointed for a restart; exit the loop."""
+        try:
+            return self.restart.restart_point(steps_done)
+        except Exception:
+            log.warning("gpumix agent: restart check failed; training goes on", exc_info=True)
+            return False
+
     def annotate_last(self, **values: Any) -> None:
         """Set loss, lr, ... on the step that just ended (for frameworks that log after the step)."""
         record = self._pending
@@ -168,6 +193,10 @@ class Agent:
 
     def _message(self, record: StepRecord) -> dict[str, Any]:
         comm = record.comm_s if record.comm_s is not None else self._comm_seconds(record.index)
+        for probe in self.phase_probes:  # the framework's own split, where the script set none
+            for name, value in probe().items():
+                if getattr(record, name, None) is None:
+                    setattr(record, name, value)
         message: dict[str, Any] = {
             "type": "step", "step": record.index, "t": time.time(), "step_time_s": record.step_time_s,
             "samples": record.samples, "tokens": record.tokens,
@@ -175,7 +204,7 @@ class Agent:
             "data_wait_s": record.data_wait_s, "forward_s": record.forward_s, "backward_s": record.backward_s,
             "optimizer_s": record.optimizer_s, "comm_s": comm,
             "micro_batch": self.micro_batch, "accumulation_steps": self.accumulation_steps,
-            "dropped": self.sender.dropped,
+            "dropped": self.sender.dropped, "gradient_bytes": self.gradient_bytes,
         }
         message.update(self._gpu_memory())
         message.update(self._process_resources())
@@ -215,6 +244,18 @@ class Agent:
         except Exception:
             pass
         self.sender.close(timeout_s)
+
+
+def _load_plan() -> RunPlan | None:
+    """This run's plan (GPUMIX_PLAN), when a supervisor gave one."""
+    path = os.environ.get(PLAN_ENV)
+    if not path:
+        return None
+    try:
+        return load_plan(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("gpumix agent: cannot read the plan %s; running without one", path, exc_info=True)
+        return None
 
 
 def _number(value: Any) -> float | None:

@@ -1,81 +1,67 @@
-"""Communication time of a DDP model, from a communication hook.
+"""Communication and compute time of a DDP model, from DDP's own timers.
 
-The hook does what DDP's default all-reduce hook does (divide by the world
-size, all-reduce the bucket) and notes when each bucket's reduction starts
-and ends: CUDA events on GPUs (read a step later, no synchronisation), wall
-time on CPU (gloo). A step's communication time is the span from the first
-bucket's start to the last bucket's end.
+DDP already times itself with CUDA events (CPU timers under gloo) on a sample
+of iterations (`_get_ddp_logging_data()`: forward, backward compute, backward
+communication and their overlap, running averages in ns). Reading them costs
+~7 us and is done at most once a second, so watching a DDP model adds nothing
+to its step: no hook replaces DDP's C++ all-reduce, no event is recorded.
+(A Python communication hook with CUDA events cost ~20 % of an 8 ms step on
+two H200s: docs/benchmarks.md.)
+
+Communication time reported = backward communication not hidden behind
+backward compute: a fast rank's wait for the slowest one shows up there.
 """
 
 from __future__ import annotations
 
-import collections
 import time
 from typing import Any
 
 from gpumix.agent.core import Agent
 
-KEPT_STEPS = 8  # spans kept for steps not yet read: bounded
+READ_PERIOD_S = 1.0
+NS = 1e-9
 
 
-class CommTimer:
-    def __init__(self, agent: Agent, group: Any = None) -> None:
-        self.agent = agent
-        self.group = group
-        self._spans: collections.OrderedDict[int, list[Any]] = collections.OrderedDict()
+class DdpTimes:
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self._read_at = 0.0
+        self._times: dict[str, float] = {}
 
-    def _span(self, step: int) -> list[Any]:
-        span = self._spans.get(step)
-        if span is None:
-            span = self._spans[step] = [None, None]  # [first start, last end]
-            while len(self._spans) > KEPT_STEPS:
-                self._spans.popitem(last=False)
-        return span
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._read_at < READ_PERIOD_S:
+            return
+        self._read_at = now
+        try:
+            data = self.model._get_ddp_logging_data()
+        except Exception:  # an older or newer DDP without it: no figures rather than a failure
+            self._times = {}
+            return
+        # The latest sampled iteration, not the averages: those keep the slow first steps for long.
+        comm = data.get("backward_comm_time")
+        overlap = data.get("backward_compute_comm_overlap_time") or 0
+        self._times = {
+            "comm_s": max(0.0, (comm - overlap) * NS) if comm else None,
+            "forward_s": data["forward_compute_time"] * NS if data.get("forward_compute_time") else None,
+            "backward_s": data["backward_compute_time"] * NS if data.get("backward_compute_time") else None,
+        }
 
-    def seconds(self, step: int) -> float | None:
-        """The comm probe the agent calls when step `step` is reported."""
-        span = self._spans.pop(step, None)
-        if span is None or span[0] is None or span[1] is None:
-            return None
-        start, end = span
-        if isinstance(start, float):
-            return end - start
-        if not end.query():
-            return None  # still running: skip rather than wait
-        return start.elapsed_time(end) / 1000.0
+    def comm_seconds(self, step: int) -> float | None:
+        """The agent's comm probe: the running average, for any step."""
+        self._refresh()
+        return self._times.get("comm_s")
 
-    # No annotations on purpose: DDP rejects a hook whose annotations are not GradBucket / Future.
-    def hook(self, state, bucket):  # noqa: ANN001, ANN201
-        import torch
-        import torch.distributed as dist
-
-        tensor = bucket.buffer()
-        on_gpu = tensor.is_cuda
-        span = self._span(self.agent.steps)
-        if span[0] is None:
-            if on_gpu:
-                span[0] = torch.cuda.Event(enable_timing=True)
-                span[0].record()
-            else:
-                span[0] = time.perf_counter()
-        tensor.div_(dist.get_world_size(self.group))
-        future = dist.all_reduce(tensor, group=self.group, async_op=True).get_future()
-
-        def finished(done: Any) -> Any:
-            if on_gpu:
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-                span[1] = end
-            else:
-                span[1] = time.perf_counter()
-            return done.value()[0]
-
-        return future.then(finished)
+    def phases(self) -> dict[str, float | None]:
+        self._refresh()
+        return {key: self._times.get(key) for key in ("forward_s", "backward_s")}
 
 
-def watch_ddp(agent: Agent, model: Any, group: Any = None) -> CommTimer:
-    """Register the timing all-reduce hook on a DistributedDataParallel model."""
-    timer = CommTimer(agent, group)
-    model.register_comm_hook(state=None, hook=timer.hook)
-    agent.comm_probes.append(timer.seconds)
-    return timer
+def watch_ddp(agent: Agent, model: Any) -> DdpTimes:
+    """Report a DistributedDataParallel model's communication and compute split, and its gradient size."""
+    times = DdpTimes(model)
+    agent.comm_probes.append(times.comm_seconds)
+    agent.phase_probes.append(times.phases)
+    agent.gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return times

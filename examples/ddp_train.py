@@ -10,7 +10,9 @@ Runs on CPU with gloo where there is no GPU.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,6 +30,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--nccl-probe", action="store_true", help="report NCCL's transport per rank pair")
     parser.add_argument("--no-agent", action="store_true", help="the same job without gpumix (for overhead runs)")
+    parser.add_argument("--warmup", type=int, default=10, help="steps before --timing-out starts its clock")
+    parser.add_argument("--timing-out", metavar="FILE", help="rank 0 writes the seconds per step after warm-up")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -47,7 +51,12 @@ def main() -> None:
         watch_ddp(agent, ddp)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     generator = torch.Generator(device="cpu").manual_seed(dist.get_rank())
+    started = None
     for index in range(args.steps):
+        if index == args.warmup:
+            if cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
         inputs = torch.randn(args.batch, args.width, generator=generator).to(device, non_blocking=True)
         labels = torch.randint(0, 10, (args.batch,), generator=generator).to(device, non_blocking=True)
         record = agent.step_begin(samples=args.batch) if agent else None
@@ -61,6 +70,10 @@ def main() -> None:
             nccl_probe.report(agent, probe_log)  # the communicator exists after the first all-reduce
     if cuda:
         torch.cuda.synchronize()
+    if args.timing_out and dist.get_rank() == 0 and started is not None:
+        seconds = (time.perf_counter() - started) / (args.steps - args.warmup)
+        with open(args.timing_out, "w") as out:
+            json.dump({"seconds_per_step": seconds, "steps": args.steps - args.warmup, "agent": not args.no_agent}, out)
     gpumix.agent.stop()
     dist.destroy_process_group()
 

@@ -31,6 +31,7 @@ def main() -> None:
         "gradient_accumulation_steps": args.accumulation,
         "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
         "zero_optimization": {"stage": args.zero},
+        "zero_allow_untested_optimizer": True,  # plain SGD under ZeRO: fine for an example
         "wall_clock_breakdown": True,  # DeepSpeed's timers: gives the all-reduce time
         "steps_per_print": 10**9,
     }

@@ -71,8 +71,8 @@ def _p2p(snapshot: dict[str, Any], settings: AdvisorSettings) -> list[Finding]:
         unset = [i for i, env in enumerate(env_by_rank) if env.get("NCCL_P2P_DISABLE") != "1"]
         severity = "warning" if env_by_rank and unset else "info"
         found.append(Finding("p2p-unavailable", severity, "P2P between GPUs is unavailable",
-                             f"{len(refused)} of {len(links)} GPU pairs refuse P2P ({', '.join(reasons)});"
-                             + (f" {len(unset)} rank(s) run without NCCL_P2P_DISABLE=1" if env_by_rank and unset else ""),
+                             f"{len(refused)} of {len(links)} GPU pairs refuse P2P ({', '.join(reasons)})"
+                             + (f"; {len(unset)} rank(s) run without NCCL_P2P_DISABLE=1" if env_by_rank and unset else ""),
                              fix))
     shm_off = [r["rank"] for r in snapshot.get("ranks", []) if r.get("env", {}).get("NCCL_SHM_DISABLE") == "1"]
     if shm_off and refused:

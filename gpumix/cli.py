@@ -9,10 +9,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from gpumix import __version__
 from gpumix.cli_common import OneLineParser, fail, positive_float
+from gpumix.cli_plan import add_plan_parser
 from gpumix.cli_power import add_power_parser, run_doctor, run_power
+from gpumix.cli_recording import (
+    add_export_parser,
+    add_prometheus_flags,
+    add_record_flags,
+    check_prometheus,
+    run_export,
+    start_prometheus,
+    start_recording,
+)
 from gpumix.hw.open import Hardware, open_hardware
 from gpumix.hw.types import NoDriverError
 from gpumix.paths import default_hub_address
@@ -48,6 +59,13 @@ def build_parser() -> OneLineParser:
     doctor.add_argument("--min-4090-p2p-driver", metavar="VERSION",
                         help="drivers before this one are suspect for RTX 4090 P2P (default 525.60.11;"
                              " also GPUMIX_4090_P2P_MIN_DRIVER)")
+    add_plan_parser(commands)
+    run = commands.add_parser("run", help="supervise a training job; restart it under a new plan on request",
+                              usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] -- COMMAND ...")
+    run.add_argument("--job", help="the job's name (default: the script's name)")
+    run.add_argument("--plan", metavar="FILE", help="start with this plan (JSON from `gpumix plan --json`)")
+    run.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
+    run.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     hub = commands.add_parser("hub", help="run this node's hub headless (history survives a closed TUI)")
     source = hub.add_mutually_exclusive_group()
     source.add_argument("--demo", action="store_true", help="the simulated 10-GPU rig and its demo job")
@@ -56,6 +74,9 @@ def build_parser() -> OneLineParser:
     hub.add_argument("--interval", type=positive_float, default=1.0, metavar="SECONDS")
     hub.add_argument("--history-minutes", type=positive_float, default=60.0, metavar="MIN")
     hub.add_argument("--power-budget", type=positive_float, metavar="WATTS", help="the machine's GPU power budget")
+    add_record_flags(hub)
+    add_prometheus_flags(hub)
+    add_export_parser(commands)
     return parser
 
 
@@ -68,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "hub":
         return run_hub(args)
+    if args.command == "export":
+        return run_export(PROG, args)
+    if args.command == "run":
+        return run_supervised(args)
+    if args.command == "plan":
+        return plan_command(args)
     if args.command in ("power", "doctor"):
         try:
             hardware = open_hardware(demo=args.demo, sim_file=args.sim)
@@ -109,10 +136,63 @@ def with_demo_job(args: argparse.Namespace, hardware: Hardware, run: Callable[..
         node.stop()
 
 
+def plan_command(args: argparse.Namespace) -> int:
+    from gpumix.cli_plan import run_plan_command, wait_for_steps
+    from gpumix.hub.client import HubClient
+
+    if not args.demo:
+        return run_plan_command(args, HubClient(args.hub or default_hub_address()))
+    from gpumix.hub.node import demo_socket_path, start_node
+
+    node = start_node(open_hardware(demo=True), demo_socket_path(), demo=True)
+    try:
+        wait_for_steps(node.hub, steps=5, timeout_s=20.0)
+        code = run_plan_command(args, node.hub)
+        if args.apply and code == 0:  # show the restart happen, as the TUI would
+            wait_for_restart(node.hub, "demo", timeout_s=30.0)
+        return code
+    finally:
+        node.stop()
+
+
+def wait_for_restart(hub: object, job: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = (hub.snapshot() or {}).get("jobs", {}).get(job, {})
+        if status.get("restarts"):
+            print(f"restarted: {status.get('message')}")
+            return
+        time.sleep(0.2)
+    print("the restart did not finish in time")
+
+
+def run_supervised(args: argparse.Namespace) -> int:
+    from gpumix.run_plan import load_plan
+    from gpumix.supervisor import Supervisor
+
+    command = args.job_command[1:] if args.job_command[:1] == ["--"] else args.job_command
+    if not command:
+        fail(PROG, "run needs a command after --, e.g. gpumix run -- torchrun --nproc_per_node=2 train.py")
+    try:
+        plan = load_plan(args.plan) if args.plan else None
+    except (ValueError, KeyError, TypeError) as error:
+        fail(PROG, f"{args.plan}: not a usable plan: {error}")
+    job = args.job or Path(next((part for part in reversed(command) if part.endswith(".py")), command[0])).stem
+    supervisor = Supervisor(command, job, hub=args.hub or default_hub_address(), plan=plan,
+                            say=lambda line: print(line, file=sys.stderr, flush=True))
+    signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
+    signal.signal(signal.SIGTERM, lambda *_: supervisor.stop())
+    try:
+        return supervisor.run()
+    except FileNotFoundError as error:
+        fail(PROG, f"cannot start the job: {error.strerror}: {error.filename}")
+
+
 def run_hub(args: argparse.Namespace) -> int:
     from gpumix.hub.node import start_node
     from gpumix.hub.server import HubAlreadyRunning
 
+    metrics_address = check_prometheus(PROG, args)
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except (NoDriverError, RigError) as error:
@@ -125,6 +205,13 @@ def run_hub(args: argparse.Namespace) -> int:
                           history_s=args.history_minutes * 60, demo=args.demo)
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub: {error}")
+    recorder = metrics = None
+    try:
+        recorder = start_recording(PROG, args, node.hub)
+        metrics = start_prometheus(PROG, metrics_address, node.hub)
+    except SystemExit:
+        node.stop()
+        raise
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signal_number, lambda *_: stop.set())
@@ -133,7 +220,11 @@ def run_hub(args: argparse.Namespace) -> int:
     try:
         stop.wait()
     finally:
+        if metrics is not None:
+            metrics.stop()
         node.stop()
+        if recorder is not None:
+            recorder.close()  # after the hub: its last tick is in the file
     return 0
 
 

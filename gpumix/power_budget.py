@@ -9,6 +9,7 @@ Throughput under a cap follows min(1, (cap/default)^0.25) (design.md, section 6)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,13 +117,16 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
             break
         gpu = best[2]
         caps[gpu.index] -= min(step_w, caps[gpu.index] - gpu.min_w, sum(caps.values()) - budget_w)
+    # Cut caps are proposed in 0.1 W: rounded down, never up, so they still fit the budget (and stay >= the minimum).
+    caps = {g.index: caps[g.index] if caps[g.index] == min(g.cap_w, g.max_w)
+            else min(caps[g.index], max(g.min_w, math.floor(round(caps[g.index] * 10, 6)) / 10)) for g in gpus}
     step_after = _job_step(in_job, caps) if in_job else None
     if step_before and step_after:
         kept = step_before / step_after
     else:
         kept = sum(power_factor(caps[g.index], g.default_w) / power_factor(g.cap_w, g.default_w) * g.default_w
                    for g in gpus) / total_default
-    proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, round(caps[g.index], 1), _reason(g, caps, in_job))
+    proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps, in_job))
                  for g in gpus]
     return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()), step_before, step_after, kept, proposals)
 

@@ -23,7 +23,7 @@ MAX_SNAPSHOT_FRAME_BYTES = 16 * 1024 * 1024  # what a client accepts from the hu
 # Messages an agent sends.
 AGENT_TYPES = {"hello", "step", "transport", "bye"}
 # Requests a client sends; the hub answers each with one message.
-CLIENT_TYPES = {"hello", "snapshot", "series", "power"}
+CLIENT_TYPES = {"hello", "snapshot", "series", "power", "replan", "supervisor"}
 ROLES = {"agent", "client"}
 
 

@@ -41,7 +41,7 @@ def test_fast_traffic_needs_the_guard_and_the_guard_keeps_it_exact(hardware, clo
     elapsed = 0.0
     while elapsed < 1.0 - 1e-9:
         wait_s = backend.poll_pcie_counters()
-        assert wait_s < 0.25, "a GPU that wraps in 0.21 s must be read at least every 0.11 s"
+        assert wait_s <= 0.14, "gen4 x16 (31.5 GB/s) can wrap 4.29 GB in 0.136 s: read at least that often"
         step = min(wait_s, 1.0 - elapsed)
         clock.advance(step)
         elapsed += step
@@ -60,8 +60,8 @@ def test_without_guard_reads_a_fast_link_aliases(hardware, clock: ManualClock) -
 
 
 def test_idle_gpus_cost_no_extra_reads(hardware, clock: ManualClock) -> None:
+    """Idle GeForce links drop to gen1: x16 at 4 GB/s cannot wrap 4.29 GB within a 1 s tick."""
     backend = hardware.backend
-    hardware.machine.set_activity(7, GpuActivity(pcie_tx_bytes_per_s=1e8, pcie_rx_bytes_per_s=1e8))
     backend.sample()
     clock.advance(1.0)
     backend.sample()

@@ -8,6 +8,7 @@ never pile up and the UI never waits on the hardware.
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any, Protocol
 
 from textual import work
@@ -19,6 +20,7 @@ from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
 from gpumix.tui.panels import detail_text, host_text, run_line, title_line
+from gpumix.tui.plan_screen import PlanScreen
 from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog
 from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
@@ -58,13 +60,14 @@ class GpumixApp(App[None]):
         Binding("g", "tiers", "Tiers", show=False, id="tiers"),
         Binding("c", "power", "Cap", id="power"),
         Binding("b", "fit_budget", "Budget", id="fit_budget"),
+        Binding("s", "replan", "Split", id="replan"),
         Binding("space", "mark", "Mark", show=False, id="mark"),
         Binding("T", "mark_tier", "Mark tier", show=False, id="mark_tier"),
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
     ]
 
-    CONTROL_ACTIONS = {"power", "fit_budget", "mark", "mark_tier"}
+    CONTROL_ACTIONS = {"power", "fit_budget", "mark", "mark_tier", "replan"}
 
     def __init__(self, source: SnapshotSource, interval_s: float = 1.0, theme: str | None = None,
                  readonly: bool = False) -> None:
@@ -269,6 +272,32 @@ class GpumixApp(App[None]):
             self.notify("the caps already fit the budget", timeout=5)
             return
         self.push_screen(FitScreen(reply), lambda yes: self.send_control({"type": "power", "action": "caps", "caps": caps}) if yes else None)
+
+    def action_replan(self) -> None:
+        self.propose_plan()
+
+    @work(thread=True, group="control")
+    def propose_plan(self) -> None:
+        from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
+        from gpumix.planner import plan_to_json
+
+        snapshot = self.snapshot
+        if snapshot is None:
+            return
+        try:
+            job, plan = plan_from_snapshot(snapshot)
+        except (PlanInputError, ValueError) as error:
+            self.call_from_thread(self.notify, f"no plan: {error}", severity="warning", timeout=8)
+            return
+        data = {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
+        self.call_from_thread(self._show_plan, data, snapshot)
+
+    def _show_plan(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.send_control({"type": "replan", "job": plan["job"], "plan": plan})
+
+        self.push_screen(PlanScreen(plan, snapshot), confirmed)
 
     @work(thread=True, group="control")
     def send_control(self, request: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpumix import __version__
 from gpumix.cli_common import OneLineParser, fail, positive_float
+from gpumix.cli_recording import add_record_flags, start_recording
 from gpumix.hub.client import HubClient
 from gpumix.hub.node import Node, demo_socket_path, start_node
 from gpumix.hub.server import HubAlreadyRunning, hub_answers
@@ -26,6 +27,7 @@ def build_parser() -> OneLineParser:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--demo", action="store_true", help="simulate the 10-GPU mixed rig (3x3060, 4x3090, 3x4090)")
     source.add_argument("--sim", metavar="FILE", help="simulate the rig described in a TOML file")
+    source.add_argument("--replay", metavar="FILE", help="replay a recording (P pause, [ ] seek, + - speed); read-only")
     parser.add_argument("--interval", type=positive_float, default=1.0, metavar="SECONDS", help="refresh interval (default 1)")
     parser.add_argument("--theme", metavar="NAME", help="gpumix-dark (default), gpumix-light, gpumix-16, or a user theme")
     parser.add_argument("--history-minutes", type=positive_float, default=10.0, metavar="MIN", help="history kept for charts (default 10)")
@@ -34,6 +36,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--readonly", action="store_true", help="hide every control (shared SSH sessions)")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
+    add_record_flags(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
@@ -61,8 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.json and not args.once:
         fail(PROG, "--json needs --once (the interactive monitor draws a screen)")
+    if args.replay:
+        from gpumix.tui.replay import run_replay
+
+        return run_replay(PROG, args)
     simulated = args.demo or args.sim
     if not simulated and not args.once and hub_answers(default_hub_address()):
+        if args.record:
+            fail(PROG, "--record needs a hub of its own: a hub already runs here; record with `gpumix hub --record FILE`")
         return run_app(HubClient(default_hub_address()), args)  # attach to the running hub
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
@@ -78,12 +87,16 @@ def main(argv: list[str] | None = None) -> int:
                           demo=args.demo, sample_in_thread=not args.once)
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub on {socket_path}: {error}")
+    recorder = None
     try:
+        recorder = start_recording(PROG, args, node.hub)
         if args.once:
             return print_once(node, as_json=args.json, wait_for_ranks=len(hardware.backend.gpus()) if args.demo else 0)
         return run_app(node.hub, args)
     finally:
         node.stop()
+        if recorder is not None:
+            recorder.close()
 
 
 def run_app(source: Any, args: argparse.Namespace) -> int:

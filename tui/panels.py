@@ -39,7 +39,10 @@ def run_line(snapshot: dict[str, Any]) -> str:
         names = sorted({tiers.get(ranks[r]["gpu_uuid"], "?") for r in stragglers if r in ranks})
         who = f" · straggler {','.join(map(str, stragglers))} ({', '.join(names)})"
     rate = f"{run['samples_per_s']:.0f}" if run["samples_per_s"] is not None else fmt.NA
-    return f" {run['ranks']} ranks · step {run['step_time_s']:.3f}s · {rate} samples/s{who}"
+    line = f" {run['ranks']} ranks · step {run['step_time_s']:.3f}s · {rate} samples/s{who}"
+    busy = [f"{job}: {status['message']}" for job, status in snapshot.get("jobs", {}).items()
+            if status.get("state") in ("stopping", "relaunching") or "aborted" in status.get("message", "")]
+    return line + ("\n " + busy[0] if busy else "")
 
 
 def power_line(snapshot: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -114,7 +114,8 @@ class FitScreen(ModalScreen[bool]):
     """Shows a fit-to-budget proposal and its reasons; True applies it."""
 
     BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="fit.cancel")]
-    DEFAULT_CSS = DIALOG_CSS.format(name="FitScreen")
+    # A proposal for many GPUs is taller than the dialog: it scrolls, so the buttons stay in view.
+    DEFAULT_CSS = DIALOG_CSS.format(name="FitScreen") + "FitScreen VerticalScroll { height: auto; max-height: 16; }\n"
 
     def __init__(self, proposal: dict[str, Any]) -> None:
         super().__init__()
@@ -126,7 +127,8 @@ class FitScreen(ModalScreen[bool]):
         for gpu in fit["gpus"]:
             lines.append(f" GPU {gpu['index']} {gpu['tier']:<13} {gpu['old_w']:>4.0f} → {gpu['new_w']:>4.0f} W  {gpu['reason']}")
         with Vertical():
-            yield Static("\n".join(lines), id="fit-text")
+            with VerticalScroll():
+                yield Static("\n".join(lines), id="fit-text")
             with Horizontal():
                 yield Button("Apply…", id="apply", variant="warning")
                 yield Button("Cancel", id="cancel")

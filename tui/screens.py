@@ -25,9 +25,10 @@ HELP_TEXT = """\
   t            P2P and topology        p       processes on the GPUs
   c            power cap of the selected (or marked) GPUs; space marks a GPU,
                T marks its whole tier  b       fit caps to the power budget
+  s            re-plan the per-rank batch split (a job under `gpumix run`)
   ctrl+p       command palette (themes: "Change theme")
   ?            this help               q       quit (esc closes a screen)
-  (--readonly hides c, b, space and T)
+  (--readonly hides c, b, s, space and T)
 
 [b]GPU table[/b]
   Util     GPU utilization (nvidia-smi utilization.gpu); below 50 % is flagged

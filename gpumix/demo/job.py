@@ -1,63 +1,54 @@
-"""Launch and pace the demo job on a simulated machine.
+"""The demo job on a simulated machine: launched under the real supervisor, paced by the job model.
 
-The job model (gpumix.sim.job_model) decides each rank's compute time from
-its card's speed, power cap and share of the batch; the ranks sleep that
-long; the simulated GPUs show the matching utilization, power and PCIe.
+`DemoJob` runs `python -m gpumix.demo.launch` under `gpumix.supervisor.Supervisor`
+(what `gpumix run` does), so re-planning the demo goes through the same restart
+protocol as a real job. On the hub's side, each tick sets the simulated GPUs'
+activity from what the ranks report (their share of the batch, their pids).
 """
 
 from __future__ import annotations
 
-import multiprocessing
-from typing import Any
+import sys
+import threading
 
-from gpumix.demo.rank import run_rank
+from gpumix.demo.launch import SAMPLES_PER_RANK
+from gpumix.hub.core import Hub
 from gpumix.sim import job_model
 from gpumix.sim.machine import SimMachine, activity_for_step
+from gpumix.supervisor import Supervisor
 
-SAMPLES_PER_RANK = 64  # the equal split a user starts with
+JOB = "demo"
 
 
 class DemoJob:
-    def __init__(self, machine: SimMachine, hub_address: str, samples_per_rank: int = SAMPLES_PER_RANK) -> None:
+    def __init__(self, hub: Hub, machine: SimMachine, hub_address: str, rig_source: str) -> None:
+        self.hub = hub
         self.machine = machine
-        self.hub_address = hub_address
-        self.world = len(machine.gpus)
-        self.samples = [samples_per_rank] * self.world
-        context = multiprocessing.get_context("spawn")  # no fork of a threaded process
-        self._pace = context.Array("d", self.world + 1, lock=False)
-        self._barrier = context.Barrier(self.world)
-        self._stop = context.Event()
-        self._context = context
-        self.processes: list[Any] = []
-
-    def update(self) -> None:
-        """Re-pace the ranks and the simulated GPUs (power caps may have changed)."""
-        timing = job_model.step_timing(self.machine.rank_loads(self.samples))
-        for rank in range(self.world):
-            self._pace[rank] = timing.compute_s[rank]
-        self._pace[self.world] = timing.allreduce_s
-        pids = [process.pid for process in self.processes]
-        for rank in range(self.world):
-            activity = activity_for_step(timing, rank, self.samples[rank], self.world,
-                                         pids=[pids[rank]] if rank < len(pids) and pids[rank] else [])
-            self.machine.set_activity(rank, activity)
+        command = [sys.executable, "-m", "gpumix.demo.launch", "--rig", rig_source, "--hub", hub_address]
+        self.supervisor = Supervisor(command, JOB, hub=hub_address, say=lambda _line: None)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        self.hub.on_tick.append(self.update)
+        self._thread = threading.Thread(target=self.supervisor.run, name="gpumix-demo-supervisor", daemon=True)
+        self._thread.start()
+
+    def update(self) -> None:
+        """Make the simulated GPUs follow the ranks: busy while computing their share, idle while waiting."""
+        snapshot = self.hub.snapshot()
+        ranks = {r["gpu_uuid"]: r for r in (snapshot or {}).get("ranks", []) if r.get("job") == JOB and r.get("connected")}
+        if len(ranks) < len(self.machine.gpus):
+            self.machine.synthetic_job = True  # before the ranks report (and while they restart)
+            return
         self.machine.synthetic_job = False
-        self.update()
-        for rank, gpu in enumerate(self.machine.rig.gpus):
-            process = self._context.Process(
-                target=run_rank, name=f"gpumix-demo-rank{rank}", daemon=True,
-                args=(rank, self.world, gpu.uuid, self.hub_address, self.samples[rank], self._pace, self._barrier, self._stop),
-            )
-            process.start()
-            self.processes.append(process)
-        self.update()  # now with the ranks' pids on the GPUs
+        samples = [round(ranks[gpu.spec.uuid].get("samples") or SAMPLES_PER_RANK) for gpu in self.machine.gpus]
+        timing = job_model.step_timing(self.machine.rank_loads(samples))
+        for index, gpu in enumerate(self.machine.gpus):
+            rank = ranks[gpu.spec.uuid]
+            self.machine.set_activity(index, activity_for_step(timing, index, samples[index], len(samples),
+                                                               pids=[rank["pid"]] if rank.get("pid") else []))
 
     def stop(self) -> None:
-        self._stop.set()
-        self._barrier.abort()
-        for process in self.processes:
-            process.join(timeout=3)
-            if process.is_alive():
-                process.terminate()
+        self.supervisor.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

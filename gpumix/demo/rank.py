@@ -4,40 +4,57 @@ Each step: a short data wait, 'compute' for as long as this card needs for
 its share of the batch, then a barrier with every other rank followed by the
 all-reduce time through host memory. Fast ranks wait at the barrier, as a
 4090 waits in NCCL's all-reduce for a 3060: that wait is communication time.
+A restart stops every rank after the same step (the barrier keeps them in
+step), checkpoints the step count, and the relaunch continues from it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
 import time
+from pathlib import Path
 from typing import Any
+
+from gpumix.run_plan import RankShare
+from gpumix.sim.job_model import GRADIENT_BYTES
 
 DATA_WAIT_S = 0.004
 
 
-def run_rank(rank: int, world: int, gpu_uuid: str, hub: str, samples: int, pace: Any, barrier: Any, stop: Any) -> None:
+def demo_loss(step: int, noise: random.Random) -> float:
+    return 2.4 * math.exp(-step / 400) + 0.3 + noise.uniform(-0.03, 0.03)
+
+
+def run_rank(rank: int, world: int, gpu_uuid: str, hub: str, share: RankShare, pace: Any, barrier: Any, stop: Any) -> None:
     """`pace[rank]` = compute seconds of this rank's step, `pace[world]` = all-reduce seconds."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), GPUMIX_GPU_UUID=gpu_uuid)
     import gpumix.agent
 
-    agent = gpumix.agent.start(job="demo", hub=hub)
-    agent.micro_batch, agent.accumulation_steps = samples, 1
+    agent = gpumix.agent.start(job=os.environ.get("GPUMIX_JOB") or "demo", hub=hub)
+    agent.micro_batch, agent.accumulation_steps = share.micro_batch, share.accumulation_steps
+    agent.gradient_bytes = GRADIENT_BYTES
+    folder = os.environ.get("GPUMIX_CONTROL_DIR")
+    if folder and rank == 0:
+        agent.on_checkpoint(lambda steps: (Path(folder) / "demo-checkpoint.json").write_text(json.dumps({"steps": steps})))
     noise = random.Random(rank)
-    step = 0
+    step = agent.resume_step
     try:
         while not stop.is_set():
             time.sleep(DATA_WAIT_S)
-            with agent.step(samples=samples) as record:
+            with agent.step(samples=share.samples) as record:
                 time.sleep(pace[rank] * noise.uniform(0.98, 1.02))
                 comm_start = time.perf_counter()
                 barrier.wait(timeout=30)
                 time.sleep(pace[world])
                 record.comm_s = time.perf_counter() - comm_start
-                record.loss = 2.4 * math.exp(-step / 400) + 0.3 + noise.uniform(-0.03, 0.03)
+                record.loss = demo_loss(step, noise)
                 record.lr = 0.1 * min(1.0, (step + 1) / 100)
             step += 1
+            if agent.restart_point(step):
+                break
     except Exception:  # a broken barrier (another rank stopped): end quietly
         pass
     finally:

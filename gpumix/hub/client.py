@@ -26,7 +26,7 @@ class HubClient:
     def _receive(self, sock: socket.socket) -> dict[str, Any]:
         header = self._read_exactly(sock, protocol.HEADER.size)
         length = protocol.frame_length(header, protocol.MAX_SNAPSHOT_FRAME_BYTES)
-        return protocol.decode(self._read_exactly(sock, length), {"snapshot", "series", "power_result"})
+        return protocol.decode(self._read_exactly(sock, length), {"snapshot", "series", "power_result", "replan_result", "supervisor_work"})
 
     @staticmethod
     def _read_exactly(sock: socket.socket, count: int) -> bytes:
@@ -66,10 +66,11 @@ class HubClient:
             return []
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A control (power, replan): the reply, or ok=False when the hub does not answer."""
         try:
             return self.request(request)
         except (OSError, ConnectionError, protocol.ProtocolError) as error:
-            return {"type": "power_result", "ok": False, "message": f"the hub did not answer: {error}", "changes": []}
+            return {"type": "result", "ok": False, "message": f"the hub did not answer: {error}", "changes": []}
 
     def close(self) -> None:
         if self._sock is not None:

@@ -22,6 +22,7 @@ from gpumix.tiers import tier_table
 
 RankKey = tuple[str | None, int]  # (job, rank)
 MAX_RANKS = 4096  # bounded, whatever connects
+SUPERVISOR_TIMEOUT_S = 5.0  # a supervisor polls every half second
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,11 @@ class Hub:
         self._ranks_changed = True
         self._merged: dict[str, Any] | None = None  # hardware snapshot + current ranks
         self.on_tick: list[Callable[[], None]] = []  # e.g. the demo job pacing the simulated GPUs
+        self.on_snapshot: list[Callable[[dict[str, Any]], None]] = []  # each tick's snapshot (the recorder)
+        self.on_control: list[Callable[[dict[str, Any], dict[str, Any]], None]] = []  # (request, reply) of power controls
         self.power = PowerController(hardware.backend)
+        self._jobs: dict[str, dict[str, Any]] = {}  # job -> the supervisor's last status
+        self._pending_plans: dict[str, dict[str, Any]] = {}  # job -> a plan waiting for its supervisor
         self._control_lock = threading.Lock()  # one control at a time
 
     # -- sampling ----------------------------------------------------------------
@@ -93,7 +98,13 @@ class Hub:
             self._merged = None
             self.ticks += 1
         self._ready.set()
-        return self.snapshot() or snapshot
+        result = self.snapshot() or snapshot
+        for listener in self.on_snapshot:  # cheap listeners only (the recorder queues it)
+            try:
+                listener(result)
+            except Exception:
+                log.exception("snapshot listener failed")
+        return result
 
     def snapshot(self) -> dict[str, Any] | None:
         """The latest hardware snapshot with the ranks as of now (steps arrive between ticks)."""
@@ -119,6 +130,7 @@ class Hub:
             gpus.append({**gpu, "ranks": on_gpu})
         snapshot["gpus"] = gpus
         snapshot["tiers"] = tier_table(snapshot)
+        snapshot["jobs"] = {job: dict(status) for job, status in self._jobs.items()}
         host = snapshot.get("host") or {}
         settings = AdvisorSettings(power_budget_w=self.hardware.power_budget_w, has_infiniband=bool(host.get("infiniband")))
         snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings)]
@@ -127,14 +139,47 @@ class Hub:
     # -- controls ----------------------------------------------------------------
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A control from a client (power caps); the reply says what changed or why not."""
+        """A control from a client (power caps, re-plan); the reply says what changed or why not."""
         from gpumix.hub.controls import power_control
 
+        if request.get("type") == "replan":
+            return self.request_restart(str(request.get("job")), request.get("plan") or {})
         with self._control_lock:
             reply = power_control(self.power, self.snapshot(), request, self.hardware.power_budget_w)
+        for listener in self.on_control:
+            listener(request, reply)
         if reply["ok"] and reply["changes"] and not request.get("dry_run"):
             self.tick()  # show the new caps now, not at the next tick
         return reply
+
+    # -- supervised jobs (gpumix run) --------------------------------------------------
+
+    def request_restart(self, job: str, plan: dict[str, Any]) -> dict[str, Any]:
+        """Queue a new plan for the supervisor of `job`; it restarts the run when it picks it up."""
+        from gpumix.run_plan import RunPlan
+
+        with self._lock:
+            status = self._jobs.get(job)
+            alive = status is not None and self._clock() - status["last_seen_s"] < SUPERVISOR_TIMEOUT_S
+        if not alive:
+            return {"type": "replan_result", "ok": False,
+                    "message": f"no supervisor runs job {job!r}: start the job with `gpumix run -- ...`"}
+        try:
+            run_plan = RunPlan.from_json(plan)
+        except (KeyError, TypeError, ValueError) as error:
+            return {"type": "replan_result", "ok": False, "message": f"not a usable plan: {error}"}
+        with self._lock:
+            self._pending_plans[job] = run_plan.to_json()
+            self._ranks_changed = True
+        return {"type": "replan_result", "ok": True, "message": f"restart of {job} requested"}
+
+    def supervisor_poll(self, job: str, status: dict[str, Any]) -> dict[str, Any]:
+        """A supervisor reports its state and takes the plan waiting for it, if any."""
+        with self._lock:
+            self._jobs[job] = {**status, "last_seen_s": self._clock()}
+            plan = self._pending_plans.pop(job, None)
+            self._ranks_changed = True
+        return {"type": "supervisor_work", "plan": plan}
 
     def agent_hello(self, info: dict[str, Any]) -> RankKey:
         key = (info["job"], info["rank"])

@@ -56,8 +56,7 @@ def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, hi
         if demo and hardware.machine is not None:
             from gpumix.demo.job import DemoJob
 
-            job = DemoJob(hardware.machine, socket_path)
-            hub.on_tick.append(job.update)
+            job = DemoJob(hub, hardware.machine, socket_path, rig_source=hardware.rig_source or "mixed-10")
             job.start()
             node.demo = job
         if sample_in_thread:

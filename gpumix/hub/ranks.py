@@ -16,7 +16,7 @@ STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggl
 STEP_NUMBERS = (
     "t", "step_time_s", "samples", "tokens", "loss", "lr", "data_wait_s", "forward_s", "backward_s",
     "optimizer_s", "comm_s", "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes",
-    "micro_batch", "accumulation_steps", "cpu_pct", "rss_bytes", "dropped",
+    "micro_batch", "accumulation_steps", "cpu_pct", "rss_bytes", "dropped", "gradient_bytes",
 )
 
 
@@ -117,14 +117,21 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "compute_s": compute,
         "samples_per_s": samples / step_time if samples is not None and step_time else None,
         "tokens_per_s": tokens / step_time if tokens is not None and step_time else None,
-        "comm_share": comm / step_time if comm is not None and step_time else None,
-        "data_wait_share": data_wait / step_time if data_wait is not None and step_time else None,
+        # shares of the step, at most all of it (a framework's timers and our wall clock differ a little)
+        "comm_share": min(1.0, comm / step_time) if comm is not None and step_time else None,
+        "data_wait_share": min(1.0, data_wait / step_time) if data_wait is not None and step_time else None,
+        # the framework's split of the step, where it gives one (DDP's own timers, or the script)
+        "forward_s": _median([s["forward_s"] for s in recent if s["forward_s"] is not None]),
+        "backward_s": _median([s["backward_s"] for s in recent if s["backward_s"] is not None]),
+        "optimizer_s": _median([s["optimizer_s"] for s in recent if s["optimizer_s"] is not None]),
         "loss": last.get("loss"),
         "loss_history": [s["loss"] for s in stream.steps if s["loss"] is not None][-60:],
         "lr": last.get("lr"),
         "mem_peak_bytes": last.get("mem_peak_bytes"),
         "mem_allocated_bytes": last.get("mem_allocated_bytes"),
         "micro_batch": last.get("micro_batch"),
+        "samples": samples,
+        "gradient_bytes": last.get("gradient_bytes"),
         "accumulation_steps": last.get("accumulation_steps"),
         "cpu_pct": last.get("cpu_pct"),
         "rss_bytes": last.get("rss_bytes"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -141,7 +142,7 @@ class HubServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the peer went away: normal
         except asyncio.CancelledError:
-            raise
+            pass  # the server is shutting down: end this connection quietly
         except Exception as error:  # a bug here must cost one connection, not the hub
             log.exception("hub: connection failed")
             self._closed(f"internal error: {error!r}")
@@ -173,6 +174,16 @@ class HubServer:
                 if name not in HISTORY_FIELDS:
                     raise ProtocolError(f"no history named {name!r}")
                 reply = {"type": "series", "values": self.hub.series(index, name or "")}
+            elif request["type"] == "replan":
+                job, plan = protocol.text(request, "job", 128), request.get("plan")
+                if job is None or not isinstance(plan, dict):
+                    raise ProtocolError("a replan names a job and a plan")
+                reply = self.hub.request_restart(job, plan)
+            elif request["type"] == "supervisor":
+                job, status = protocol.text(request, "job", 128), request.get("status") or {}
+                if job is None or not isinstance(status, dict) or len(json.dumps(status)) > 4096:
+                    raise ProtocolError("a supervisor names its job and a small status")
+                reply = self.hub.supervisor_poll(job, status)
             elif request["type"] == "power":
                 # NVML's setter takes milliseconds; off the loop all the same, so agents keep flowing
                 reply = await asyncio.get_running_loop().run_in_executor(None, self.hub.control, request)

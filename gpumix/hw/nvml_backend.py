@@ -23,6 +23,7 @@ from typing import Any
 
 import pynvml
 
+from gpumix.hw.pcie import link_bytes_per_s
 from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S, PCIE_GUARD_MIN_WAIT_S, PcieCounters
 from gpumix.hw.types import DriverInfo, GpuInfo, GpuProcess, GpuSample, NoDriverError, P2PLink
 
@@ -66,6 +67,12 @@ _PERMANENT_ERRORS = (
     pynvml.NVMLError_NoPermission,
     pynvml.NVMLError_NotFound,
 )
+
+
+def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
+    """How fast the PCIe counters can move now: the link as negotiated, or its max if unknown."""
+    now = link_bytes_per_s(sample.pcie_link_gen_current, sample.pcie_link_width_current)
+    return now if now is not None else link_bytes_per_s(info.pcie_gen_max, info.pcie_width_max)
 
 
 def decode_clock_event_reasons(mask: int) -> list[str]:
@@ -294,7 +301,7 @@ class NvmlBackend:
             if (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
                 continue
-            rates = self._pcie_from_counters(sample.index)
+            rates = self._pcie_from_counters(sample.index, _link_bound(sample, self._infos[sample.index]))
             if rates is None and (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
             elif rates is not None:
@@ -319,12 +326,13 @@ class NvmlBackend:
             counters.update(int(values[0].timestamp), values[0], values[1])
             return counters
 
-    def _pcie_from_counters(self, index: int) -> tuple[float, float] | None:
+    def _pcie_from_counters(self, index: int, link_bytes_per_s: float | None = None) -> tuple[float, float] | None:
         """Rate = delta of the (unwrapped) cumulative byte counters / delta of their timestamps."""
         counters = self._read_counters(index)
         if counters is None:
             return None
         with self._pcie_lock:
+            counters.link_bytes_per_s = link_bytes_per_s
             rates = counters.rates_since_sample()
             if counters.wraps_soon():
                 self._start_pcie_guard()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpumix.hw.nvml_backend import NvmlBackend
 from gpumix.sim.machine import SimMachine
@@ -18,6 +19,7 @@ class Hardware:
     source: str  # "nvml" or "sim:RIG"
     machine: SimMachine | None = None  # the simulated machine, when simulating
     power_budget_w: float | None = None
+    rig_source: str | None = None  # the rig's name or file, for the demo job's launcher
 
 
 def open_hardware(
@@ -29,7 +31,9 @@ def open_hardware(
     """Raises NoDriverError (no NVIDIA driver) or RigError (bad rig file), each a one-line message."""
     if demo or sim_file:
         rig = load_rig(sim_file) if sim_file else load_builtin_rig(DEMO_RIG)
-        return simulated_hardware(rig, clock=clock, wall_clock=wall_clock)
+        hardware = simulated_hardware(rig, clock=clock, wall_clock=wall_clock)
+        hardware.rig_source = str(Path(sim_file).resolve()) if sim_file else DEMO_RIG
+        return hardware
     return Hardware(backend=NvmlBackend(clock=clock, wall_clock=wall_clock), source="nvml")
 
 

@@ -7,9 +7,13 @@ modulo the counter's width, and while a GPU moves data fast enough to wrap
 before the next tick, a guard thread reads its counters often enough
 (at least twice per wrap) for the total to stay exact.
 
-The read period follows the last measured rate, not the link's maximum: an
-idle GPU costs no extra reads. A burst that starts from idle can be
-under-read for the first interval, until the rate is known.
+Reads spaced less than modulus / link rate apart can never miss a wrap, so
+the read period follows the link as it is now (gen x width): a GeForce card
+idling at gen1 x16 (4 GB/s) needs no read between 1 s ticks, a gen4 x16 card under
+load one every 0.12 s, an H200 at gen5 x16 one every 61 ms. (A period from the
+measured rate instead fails: once aliased, the measured rate is wrong too, as
+the first H200 run showed.) A link that rises from gen1 under a sudden burst
+can be under-read for one interval, until the next tick sees the new link.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import pynvml
 
 PCIE_GUARD_MIN_WAIT_S = 0.02
 PCIE_GUARD_MAX_WAIT_S = 1.0
-READS_PER_WRAP = 2.0  # read at least this often per wrap period: each step < half a wrap
+# The theoretical link rate already has a ~20 % margin over what a link carries (24-27 of 31.5 GB/s
+# measured on gen4 x16), so reads one full wrap-at-link-rate apart are safe.
+SAFETY = 1.0
 # Faster than any PCIe link (gen6 x16 is ~121 GB/s per direction): a step that implies more
 # is a counter reset (driver reload), not traffic.
 MAX_PLAUSIBLE_BYTES_PER_S = 256e9
@@ -63,6 +69,7 @@ class PcieCounters:
     sampled_tx: int = 0
     sampled_rx: int = 0
     rate_bytes_per_s: float = 0.0  # the busier direction, last measured
+    link_bytes_per_s: float | None = None  # the fastest the counters can move now (the link's rate)
     reset: bool = False  # the counters restarted since the last tick: its rate is unknown
 
     def update(self, timestamp_us: int, tx_value: Any, rx_value: Any) -> None:
@@ -96,18 +103,20 @@ class PcieCounters:
             self.sampled_us, self.sampled_tx, self.sampled_rx = self.timestamp_us, self.total_tx, self.total_rx
         return rates
 
-    def wrap_period_s(self) -> float | None:
-        if self.rate_bytes_per_s <= 0:
+    def safe_period_s(self) -> float | None:
+        """The longest gap between reads that cannot miss a wrap at the link's rate."""
+        bound = max(self.link_bytes_per_s or 0.0, self.rate_bytes_per_s)
+        if bound <= 0:
             return None
-        return self.modulus / self.rate_bytes_per_s
+        return SAFETY * self.modulus / bound
 
     def wraps_soon(self, tick_s: float = PCIE_GUARD_MAX_WAIT_S) -> bool:
-        period = self.wrap_period_s()
-        return period is not None and period / READS_PER_WRAP < tick_s
+        period = self.safe_period_s()
+        return period is not None and period < tick_s
 
     def next_read_due_s(self, now_us: int) -> float | None:
         """Seconds until the counters must be read again to stay exact; None: no hurry."""
-        period = self.wrap_period_s()
-        if period is None or self.timestamp_us is None or period / READS_PER_WRAP >= PCIE_GUARD_MAX_WAIT_S:
+        period = self.safe_period_s()
+        if period is None or self.timestamp_us is None or period >= PCIE_GUARD_MAX_WAIT_S:
             return None
-        return period / READS_PER_WRAP - (now_us - self.timestamp_us) / 1e6
+        return period - (now_us - self.timestamp_us) / 1e6

@@ -1,0 +1,53 @@
+#!/bin/bash
+# The GPU checks, batched for a lent 2-GPU machine (read-only on the GPUs: NVML getters and
+# ordinary CUDA work). Usage: OUT=/tmp/out bash benchmarks/device_runs.sh [a|b]
+#   a: PCIe counters under copies, DDP over NCCL with the agent and the transport probe
+#      (P2P on, then NCCL_P2P_DISABLE=1), agent overhead, weighted-gradient checks (DDP/NCCL,
+#      DeepSpeed ZeRO-2), the DeepSpeed example with the agent.
+#   b: re-planning a job whose GPU 1 is slowed by a competing workload.
+# Wheels for what the machine lacks go in .whl/ (see docs/benchmarks.md).
+set -u
+cd "$(dirname "$0")/.."
+PART=${1:-a}
+OUT=${OUT:-/tmp/gpumix-out}; mkdir -p "$OUT"
+LOG=$OUT/log-$PART.txt
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=4
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 || { cat "$LOG"; exit 1; }
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+fi
+step() { echo "=== $(date -u +%H:%M:%S) $*" >>"$LOG"; timeout "${LIMIT:-240}" "$@" >>"$LOG" 2>&1; echo "=== exit $?" >>"$LOG"; }
+snapshot() {  # the hub's view of the ranks after a job: $1 = file
+  python3 - "$1" <<'PY'
+import json, sys
+from gpumix.hub.client import HubClient
+s = HubClient("/tmp/gpumix-hub.sock").snapshot()
+keep = ("rank", "job", "gpu_uuid", "step", "step_time_s", "samples_per_s", "comm_share", "data_wait_share",
+        "mem_peak_bytes", "transport", "env", "versions", "micro_batch", "accumulation_steps", "gradient_bytes")
+out = {"ranks": [{k: r.get(k) for k in keep} for r in s["ranks"]],
+       "gpus": [{k: g[k] for k in ("index", "uuid", "name", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s")} for g in s["gpus"]],
+       "findings": [f["id"] for f in s["findings"]]}
+json.dump(out, open(sys.argv[1], "w"), indent=1)
+PY
+}
+{ date -u; nvidia-smi -L; nvidia-smi topo -m; python3 -c "import torch; print(torch.__version__, torch.cuda.nccl.version())"; } >>"$LOG" 2>&1
+
+if [ "$PART" = a ]; then
+  step python3 benchmarks/nvml_probe.py --out "$OUT/probe.json" --load h2d,d2h --load-seconds 8
+  gpumix hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
+  HUB=$!; sleep 3
+  export GPUMIX_HUB=/tmp/gpumix-hub.sock
+  step python3 -m torch.distributed.run --standalone --nproc_per_node=2 examples/ddp_train.py --steps 300 --width 4096 --batch 256 --nccl-probe
+  snapshot "$OUT/ddp_p2p.json"
+  NCCL_P2P_DISABLE=1 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 examples/ddp_train.py --steps 300 --width 4096 --batch 256 --nccl-probe
+  snapshot "$OUT/ddp_shm.json"
+  step python3 -m torch.distributed.run --standalone --nproc_per_node=2 examples/deepspeed_train.py --steps 50 --zero 2
+  snapshot "$OUT/deepspeed.json"
+  step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/weighted_check.py --mode ddp --out "$OUT/weighted_ddp.json"
+  step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/weighted_check.py --mode deepspeed --out "$OUT/weighted_ds.json"
+  LIMIT=300 step python3 benchmarks/bench_agent_overhead.py --gpus 2 --pairs 5 --steps 300 --width 4096 --batch 256 --hub /tmp/gpumix-hub.sock --out "$OUT/overhead.json"
+  kill $HUB
+else
+  LIMIT=420 step python3 benchmarks/bench_replan_gpu.py --out "$OUT/replan.json"
+fi
+echo "=== done $(date -u +%H:%M:%S)" >>"$LOG"

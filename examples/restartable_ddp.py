@@ -1,0 +1,121 @@
+"""A DDP job that `gpumix run` can re-plan and restart without losing progress.
+
+    gpumix run --job demo-ddp -- torchrun --nproc_per_node=3 examples/restartable_ddp.py --steps 200
+    # then, in gpumix-top, press `s` (re-plan), or: gpumix plan --job demo-ddp --apply
+
+What makes it restartable: the global-batch sampler (every rank takes its
+n_r samples of each global batch, reproducibly), the loss weight n_r*R/B
+(so unequal shares give the full-batch gradient), a checkpoint hook, and a
+restart point after each optimizer step. Runs on CPU (gloo) and GPUs (NCCL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import gpumix.agent
+from gpumix.agent.batch_split import GlobalBatchSampler, split_micro_batches
+from gpumix.agent.ddp import watch_ddp
+from gpumix.run_plan import RunPlan
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps in all")
+    parser.add_argument("--samples-per-rank", type=int, default=8, help="the equal split when no plan is given")
+    parser.add_argument("--dataset", type=int, default=100_000)
+    parser.add_argument("--checkpoint", default="checkpoint.pt")
+    parser.add_argument("--trace", help="a folder for per-rank logs of steps, losses and sample indices")
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="slow each step down (tests)")
+    parser.add_argument("--final", help="rank 0 writes the final parameters here")
+    parser.add_argument("--hidden", type=int, default=32, help="hidden width (4096+ makes a GPU work)")
+    parser.add_argument("--layers", type=int, default=1, help="hidden layers")
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    args = parser.parse_args()
+
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cuda:
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    dtype = getattr(torch, args.dtype)
+
+    agent = gpumix.agent.start()
+    plan = agent.plan or RunPlan.equal(world, args.samples_per_rank)
+    share = plan.share(rank)
+    agent.micro_batch, agent.accumulation_steps = share.micro_batch, share.accumulation_steps
+
+    generator = torch.Generator().manual_seed(1234)
+    inputs = torch.randn(args.dataset, 16, generator=generator, dtype=dtype)
+    targets = inputs @ torch.randn(16, 4, generator=generator, dtype=dtype) + 0.1 * torch.randn(args.dataset, 4, generator=generator, dtype=dtype)
+
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = [torch.nn.Linear(16, args.hidden), torch.nn.Tanh()]
+    for _ in range(args.layers - 1):
+        layers += [torch.nn.Linear(args.hidden, args.hidden), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(args.hidden, 4)).to(device, dtype)
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
+    watch_ddp(agent, ddp)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+
+    start = agent.resume_step
+    if start:
+        state = torch.load(args.checkpoint, map_location=device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        assert state["step"] == start, (state["step"], start)
+
+    def save(steps_done: int) -> None:
+        if rank == 0:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": steps_done},
+                       args.checkpoint + ".tmp")
+            os.replace(args.checkpoint + ".tmp", args.checkpoint)
+
+    agent.on_checkpoint(save)
+    log = open(Path(args.trace) / f"rank{rank}.jsonl", "a") if args.trace else None
+    sampler = GlobalBatchSampler(args.dataset, plan.samples_per_rank, rank, seed=7, start_step=start)
+    step = start - 1
+    for step, indices in enumerate(sampler.steps(), start=start):
+        if step >= args.steps:
+            break
+        with agent.step(samples=len(indices)) as record:
+            optimizer.zero_grad(set_to_none=True)
+            micro_batches = list(split_micro_batches(indices, share.micro_batch))
+            total = 0.0
+            for number, micro in enumerate(micro_batches):
+                x, y = inputs[micro].to(device), targets[micro].to(device)
+                # each micro-batch's mean loss, weighted so the update is the full global batch's
+                weight = share.loss_weight * len(micro) / share.samples
+                last = number == len(micro_batches) - 1
+                with contextlib.nullcontext() if last else ddp.no_sync():  # one all-reduce per step
+                    loss = torch.nn.functional.mse_loss(ddp(x), y)
+                    (loss * weight).backward()
+                total += loss.item() * len(micro) / share.samples
+            optimizer.step()
+            record.loss = total
+        if log:
+            log.write(json.dumps({"step": step, "loss": total, "indices": indices, "plan": plan.plan_id}) + "\n")
+            log.flush()
+        time.sleep(args.step_sleep)
+        if agent.restart_point(step + 1):
+            break
+    finished = sampler.start_step >= args.steps or step + 1 >= args.steps
+    if args.final and rank == 0 and finished:
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.final)
+    gpumix.agent.stop()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""`gpumix plan`: the per-rank batch split from live measurements, and --apply to restart into it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from gpumix.cli_common import fail, positive_float
+from gpumix.deepspeed_plan import deepspeed_split, write_configs
+from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
+from gpumix.planner import plan_to_json
+
+PROG = "gpumix"
+
+
+def add_plan_parser(commands: Any) -> None:
+    plan = commands.add_parser("plan", help="per-rank batch split for the running job (--apply restarts into it)")
+    source = plan.add_mutually_exclusive_group()
+    source.add_argument("--demo", action="store_true", help="the simulated rig and its demo job")
+    source.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
+    plan.add_argument("--job", help="which job (needed when several report)")
+    plan.add_argument("--global-batch", type=int, metavar="B", help="samples per optimizer step (default: as now)")
+    plan.add_argument("--gradient-mb", type=positive_float, metavar="MB", help="gradient size, if the ranks do not say")
+    plan.add_argument("--apply", action="store_true", help="restart the job into the plan (needs `gpumix run`)")
+    plan.add_argument("--json", action="store_true")
+    plan.add_argument("--deepspeed-config", metavar="BASE.json",
+                      help="also write ds_config_rank{R}.json for the split (common accumulation steps)")
+    plan.add_argument("--out", metavar="DIR", default=".", help="where --deepspeed-config writes (default: here)")
+
+
+def plan_text(job: str, data: dict[str, Any]) -> str:
+    lines = [f"job {job}: global batch {data['global_batch']}"]
+    lines.append(f"{'rank':>4} {'n_r':>5} {'m_r':>5} {'k_r':>4} {'weight':>7}  limited by")
+    for rank in data["ranks"]:
+        lines.append(f"{rank['rank']:>4} {rank['samples']:>5} {rank['micro_batch']:>5} {rank['accumulation_steps']:>4}"
+                     f" {rank['loss_weight']:>7.3f}  {', '.join(rank['limited_by'] or []) or '-'}")
+    for name in ("current", "proposed", "ideal"):
+        p = data[name]
+        lines.append(f"{name:>9}: step {p['step_time_s']:.3f} s (compute {p['compute_s']:.3f} + all-reduce"
+                     f" {p['allreduce_s']:.3f}), {p['samples_per_s']:.0f} samples/s")
+    if data["speedup"] is not None:
+        lines.append(f"  speedup of the proposal over the current split: {data['speedup']:.2f}x")
+    fast = data.get("fast_tier_only")
+    if fast:
+        lines.append(f"  alternative: train on the {fast['tier']} tier only (ranks {fast['ranks']}), others for eval:"
+                     f" {fast['samples_per_s']:.0f} samples/s")
+    if data.get("note"):
+        lines.append(f"  note: {data['note']}")
+    return "\n".join(lines)
+
+
+def run_plan_command(args: argparse.Namespace, source: Any) -> int:
+    """`source` has snapshot() and control(): a HubClient, or the demo's in-process hub."""
+    snapshot = source.snapshot()
+    if snapshot is None:
+        fail(PROG, "no hub answers: start one (`gpumix hub`, or gpumix-top) or use --demo")
+    try:
+        job, plan = plan_from_snapshot(snapshot, args.job, args.global_batch,
+                                       args.gradient_mb * 1e6 if args.gradient_mb else None)
+    except (PlanInputError, ValueError) as error:
+        fail(PROG, str(error), code=1)
+    data = {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
+    if args.deepspeed_config:
+        data["deepspeed"] = deepspeed_outputs(args, data)
+    reply = None
+    if args.apply:
+        reply = source.control({"type": "replan", "job": job, "plan": data})
+    if args.json:
+        print(json.dumps({**data, "applied": reply}, indent=1))
+    else:
+        print(plan_text(job, data))
+        if reply is not None:
+            print(("applied: " if reply["ok"] else "not applied: ") + reply["message"])
+    return 0 if reply is None or reply["ok"] else 1
+
+
+def deepspeed_outputs(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    try:
+        base = json.loads(Path(args.deepspeed_config).read_text())
+    except (OSError, ValueError) as error:
+        fail(PROG, f"{args.deepspeed_config}: not a readable JSON config: {error}")
+    try:
+        split = deepspeed_split(data)
+    except ValueError as error:
+        fail(PROG, f"no DeepSpeed split: {error}", code=1)
+    paths = write_configs(split, base, Path(args.out))
+    return {**split, "configs": [str(path) for path in paths]}
+
+
+def wait_for_steps(source: Any, steps: int, timeout_s: float) -> None:
+    """The demo's ranks report a few steps before a plan means anything."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        snapshot = source.snapshot() or {}
+        ranks = [r for r in snapshot.get("ranks", []) if r.get("connected")]
+        if ranks and min(r.get("step") or 0 for r in ranks) >= steps:
+            return
+        time.sleep(0.1)

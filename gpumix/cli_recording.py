@@ -1,0 +1,88 @@
+"""The command-line side of recording, export and Prometheus (`gpumix hub`, `gpumix export`, `gpumix-top`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from gpumix.cli_common import fail
+from gpumix.recorder import DEFAULT_MAX_BYTES, Recorder, RecordingError, parse_size
+
+
+def size_arg(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_record_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--record", metavar="FILE", help="record samples, rank metrics and events to an SQLite file")
+    parser.add_argument("--record-max-size", type=size_arg, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+                        help="the recording's size budget; older data is thinned past it (default 512M)")
+
+
+def add_prometheus_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prometheus", metavar="[HOST:]PORT",
+                        help="serve /metrics (dcgm-exporter names) on HOST:PORT (default host 127.0.0.1)")
+    parser.add_argument("--prometheus-public", action="store_true",
+                        help="allow --prometheus on a non-loopback address (no authentication)")
+
+
+def add_export_parser(commands: Any) -> None:
+    export = commands.add_parser("export", help="a recording's tables as CSV or Parquet files")
+    export.add_argument("recording", metavar="FILE")
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument("--csv", metavar="OUTDIR", help="write gpu_samples.csv, rank_metrics.csv, events.csv")
+    target.add_argument("--parquet", metavar="OUTDIR", help="the same as Parquet (needs pyarrow: gpumix-top[parquet])")
+
+
+def run_export(prog: str, args: argparse.Namespace) -> int:
+    from gpumix.export import export_csv, export_parquet, parquet_available
+
+    if args.parquet and not parquet_available():
+        fail(prog, "--parquet needs pyarrow: pip install 'gpumix-top[parquet]' (or use --csv)")
+    try:
+        counts = export_parquet(args.recording, args.parquet) if args.parquet else export_csv(args.recording, args.csv)
+    except (RecordingError, OSError) as error:
+        fail(prog, str(error))
+    print(", ".join(f"{table}: {count} rows" for table, count in counts.items()))
+    return 0
+
+
+def start_recording(prog: str, args: argparse.Namespace, hub: Any) -> Recorder | None:
+    """A recorder on `hub` when --record was given; a one-line error if the file cannot be used."""
+    if not getattr(args, "record", None):
+        return None
+    try:
+        return Recorder(args.record, max_bytes=args.record_max_size).attach(hub)
+    except (RecordingError, OSError) as error:
+        fail(prog, str(error))
+
+
+def check_prometheus(prog: str, args: argparse.Namespace) -> tuple[str, int] | None:
+    """Parse --prometheus before anything starts: a refused address is one line, nothing else runs."""
+    if not getattr(args, "prometheus", None):
+        if getattr(args, "prometheus_public", False):
+            fail(prog, "--prometheus-public needs --prometheus")
+        return None
+    from gpumix.prometheus import ListenError, parse_listen
+
+    try:
+        return parse_listen(args.prometheus, public=args.prometheus_public)
+    except ListenError as error:
+        fail(prog, str(error))
+
+
+def start_prometheus(prog: str, address: tuple[str, int] | None, hub: Any) -> Any:
+    if address is None:
+        return None
+    from gpumix.prometheus import MetricsServer
+
+    try:
+        server = MetricsServer(hub, *address)
+    except OSError as error:
+        fail(prog, f"--prometheus {address[0]}:{address[1]}: {error.strerror or error}")
+    print(f"{prog}: metrics on {server.url}", file=sys.stderr, flush=True)
+    return server

@@ -1,0 +1,182 @@
+"""`gpumix hub --prometheus HOST:PORT`: /metrics for Prometheus, read from the hub at scrape time.
+
+GPU metrics take dcgm-exporter's names, units and label names (gpu, UUID,
+modelName, Hostname, plus our `tier`), so dashboards built for dcgm-exporter
+work unchanged. Units as DCGM gives them: framebuffer in MiB, power in W,
+clocks in MHz, PCIe throughput in KB/s (DCGM's DCGM_FI_DEV_PCIE_*_THROUGHPUT
+fields are KB/s, NVML's unit for nvmlDeviceGetPcieThroughput; KB = 1024 bytes).
+Training and tuning metrics are ours, named gpumix_*.
+
+The endpoint carries no authentication: it listens on loopback unless
+--prometheus-public is given.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+DEFAULT_HOST = "127.0.0.1"
+MIB = 1024**2
+KIB = 1024
+GPU_LABELS = ["gpu", "UUID", "modelName", "tier", "Hostname"]
+RANK_LABELS = ["rank", "job", "Hostname"]
+SEVERITIES = ("info", "warning", "error")
+
+# (metric, help, snapshot key, scale) for the dcgm-exporter gauges
+DCGM_GAUGES = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "util_gpu_pct", 1.0),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "util_mem_pct", 1.0),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "mem_used_bytes", 1 / MIB),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_w", 1.0),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "temperature_c", 1.0),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "clock_sm_mhz", 1.0),
+    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", "clock_mem_mhz", 1.0),
+    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "PCIe TX throughput (in KB/s).", "pcie_tx_bytes_per_s", 1 / KIB),
+    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe RX throughput (in KB/s).", "pcie_rx_bytes_per_s", 1 / KIB),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", "power_cap_w", 1.0),
+)
+RANK_GAUGES = (
+    ("gpumix_rank_step_time_seconds", "Median step time of the rank over its last steps.", "step_time_s"),
+    ("gpumix_rank_samples_per_second", "Samples per second of the rank.", "samples_per_s"),
+    ("gpumix_rank_comm_share", "Share of the step the rank spends in communication (0-1).", "comm_share"),
+    ("gpumix_rank_data_wait_share", "Share of the step the rank waits for data (0-1).", "data_wait_share"),
+    ("gpumix_rank_straggler", "1 when the rank's compute holds the others back.", "straggler"),
+)
+
+
+class ListenError(ValueError):
+    """A --prometheus address that cannot or must not be used; str() is one line."""
+
+
+def parse_listen(text: str, public: bool = False) -> tuple[str, int]:
+    """'9400' -> ('127.0.0.1', 9400); 'HOST:PORT'; '[::1]:9400'. Refuses non-loopback unless `public`."""
+    text = text.strip()
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    host = host.strip("[]") or DEFAULT_HOST
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ListenError(f"--prometheus {text}: give a port, or HOST:PORT (e.g. 9400 or 127.0.0.1:9400)")
+    if not public and not is_loopback(host):
+        raise ListenError(f"--prometheus {text}: {host} is reachable from other machines and /metrics has no"
+                          " authentication; listen on 127.0.0.1, or add --prometheus-public to allow it")
+    return host, int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: we cannot tell what it resolves to, so treat it as public
+
+
+def _gpu_labels(gpu: dict[str, Any], hostname: str) -> list[str]:
+    return [str(gpu["index"]), gpu["uuid"], gpu.get("name") or "", gpu.get("tier") or "", hostname]
+
+
+class HubCollector(Collector):
+    """Builds every metric from `source.snapshot()` when Prometheus scrapes."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def describe(self) -> list[Metric]:
+        return []  # metrics appear with the hardware: don't collect at registration
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.source.snapshot()
+        if snapshot is None:
+            return
+        hostname = snapshot.get("hostname") or ""
+        gpus = [gpu for gpu in snapshot["gpus"] if not gpu.get("lost")]
+        for name, help_text, key, scale in DCGM_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=GPU_LABELS)
+            for gpu in gpus:
+                if gpu.get(key) is not None:
+                    family.add_metric(_gpu_labels(gpu, hostname), gpu[key] * scale)
+            yield family
+        free = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=GPU_LABELS)
+        for gpu in gpus:
+            if gpu.get("mem_total_bytes") is not None and gpu.get("mem_used_bytes") is not None:
+                free.add_metric(_gpu_labels(gpu, hostname), (gpu["mem_total_bytes"] - gpu["mem_used_bytes"]) / MIB)
+        yield free
+        # cumulative, but typed gauge: prometheus_client would append _total to a counter's name, and
+        # dashboards for dcgm-exporter query the bare name (rate() works on either type)
+        replay = GaugeMetricFamily("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries (cumulative).",
+                                   labels=GPU_LABELS)
+        for gpu in gpus:
+            if gpu.get("pcie_replay_count") is not None:
+                replay.add_metric(_gpu_labels(gpu, hostname), gpu["pcie_replay_count"])
+        yield replay
+        gen = GaugeMetricFamily("gpumix_pcie_link_gen", "Current PCIe link generation (drops at idle).", labels=GPU_LABELS)
+        width = GaugeMetricFamily("gpumix_pcie_link_width", "Current PCIe link width (lanes).", labels=GPU_LABELS)
+        share = GaugeMetricFamily("gpumix_pcie_link_share", "PCIe throughput as a share of the current link's rate (0-1).",
+                                  labels=[*GPU_LABELS, "direction"])
+        for gpu in gpus:
+            labels = _gpu_labels(gpu, hostname)
+            if gpu.get("pcie_link_gen_current") is not None:
+                gen.add_metric(labels, gpu["pcie_link_gen_current"])
+            if gpu.get("pcie_link_width_current") is not None:
+                width.add_metric(labels, gpu["pcie_link_width_current"])
+            for direction in ("rx", "tx"):
+                value = gpu.get(f"pcie_{direction}_link_share")
+                if value is not None:
+                    share.add_metric([*labels, direction], value)
+        yield from (gen, width, share)
+        yield from self._ranks(snapshot, hostname)
+        wait = GaugeMetricFamily("gpumix_tier_wait_share", "Median share of each step a tier's ranks wait for the slowest (0-1).",
+                                 labels=["tier", "Hostname"])
+        for tier in snapshot.get("tiers") or []:
+            if tier.get("wait_share") is not None:
+                wait.add_metric([tier["tier"], hostname], tier["wait_share"])
+        yield wait
+        findings = GaugeMetricFamily("gpumix_findings", "Findings of the advisor now, by severity.", labels=["severity", "Hostname"])
+        counts = dict.fromkeys(SEVERITIES, 0)
+        for finding in snapshot.get("findings") or []:
+            counts[finding.get("severity", "info")] = counts.get(finding.get("severity", "info"), 0) + 1
+        for severity, count in counts.items():
+            findings.add_metric([severity, hostname], count)
+        yield findings
+        budget = GaugeMetricFamily("gpumix_power_budget_watts", "The machine's GPU power budget (W).", labels=["Hostname"])
+        if snapshot.get("power_budget_w") is not None:
+            budget.add_metric([hostname], snapshot["power_budget_w"])
+        yield budget
+
+    def _ranks(self, snapshot: dict[str, Any], hostname: str) -> Iterator[Metric]:
+        ranks = [r for r in snapshot.get("ranks") or [] if r.get("connected", True)]
+        for name, help_text, key in RANK_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=RANK_LABELS)
+            for rank in ranks:
+                value = rank.get(key)
+                if value is not None:
+                    family.add_metric([str(rank["rank"]), rank.get("job") or "", rank.get("hostname") or hostname], float(value))
+            yield family
+
+
+class MetricsServer:
+    """The /metrics HTTP endpoint on its own thread."""
+
+    def __init__(self, source: Any, host: str, port: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(HubCollector(source))
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self.host = host
+        self.port = self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,93 @@
+"""The plan a supervised run hands its ranks, and the files of the restart protocol.
+
+Standard library only: the agent reads these inside training processes.
+
+Files in the run's control folder (GPUMIX_CONTROL_DIR), each written whole
+(temp file + rename, so a reader never sees half of one):
+  stop.json         {"restart_id", "stop_after_step"}  the supervisor asks every rank to stop there
+  ckpt-rankR.json   {"restart_id", "step", "ok", "error"} a rank's checkpoint hook ran (or failed)
+  decision.json     {"restart_id", "decision": "exit" | "continue"} the supervisor's verdict
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+PLAN_ENV = "GPUMIX_PLAN"  # path of this run's plan file
+CONTROL_DIR_ENV = "GPUMIX_CONTROL_DIR"
+RESUME_STEP_ENV = "GPUMIX_RESUME_STEP"  # optimizer steps already done (0: a fresh start)
+
+
+@dataclass(frozen=True)
+class RankShare:
+    """One rank's part of every global batch."""
+
+    rank: int
+    samples: int  # n_r
+    micro_batch: int  # m_r
+    accumulation_steps: int  # k_r, n_r = m_r * k_r
+    loss_weight: float  # n_r * R / B
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    plan_id: str
+    global_batch: int
+    shares: tuple[RankShare, ...]
+
+    @property
+    def samples_per_rank(self) -> list[int]:
+        return [share.samples for share in self.shares]
+
+    def share(self, rank: int) -> RankShare:
+        return self.shares[rank]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan_id": self.plan_id, "global_batch": self.global_batch,
+                "ranks": [asdict(share) for share in self.shares]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunPlan:
+        """From a plan file, or from the planner's JSON (whose ranks carry the same keys)."""
+        shares = tuple(
+            RankShare(rank=int(r["rank"]), samples=int(r["samples"]), micro_batch=int(r["micro_batch"]),
+                      accumulation_steps=int(r["accumulation_steps"]), loss_weight=float(r["loss_weight"]))
+            for r in sorted(data["ranks"], key=lambda r: int(r["rank"]))
+        )
+        if [s.rank for s in shares] != list(range(len(shares))):
+            raise ValueError("a plan names every rank 0..R-1 once")
+        if any(s.samples < 1 or s.micro_batch * s.accumulation_steps != s.samples for s in shares):
+            raise ValueError("every rank needs n_r >= 1 samples with n_r = m_r * k_r")
+        if sum(s.samples for s in shares) != int(data["global_batch"]):
+            raise ValueError("the ranks' samples must add up to the global batch")
+        return cls(plan_id=str(data.get("plan_id", "")), global_batch=int(data["global_batch"]), shares=shares)
+
+    @classmethod
+    def equal(cls, ranks: int, samples_per_rank: int, plan_id: str = "equal") -> RunPlan:
+        return cls(plan_id, ranks * samples_per_rank, tuple(
+            RankShare(rank, samples_per_rank, samples_per_rank, 1, 1.0) for rank in range(ranks)))
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Whole or not at all: readers poll these files."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data))
+    os.replace(temporary, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_plan(path: str | Path) -> RunPlan:
+    data = read_json(Path(path))
+    if data is None:
+        raise ValueError(f"{path}: cannot read the plan")
+    return RunPlan.from_json(data)

@@ -1,0 +1,73 @@
+"""DeepSpeed split: common accumulation steps, per-rank micro-batches, one config per rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpumix.deepspeed_plan import common_accumulation, deepspeed_split, write_configs
+
+ROOT = Path(__file__).parents[1]
+
+
+def planner_json(samples: list[int], k: list[int]) -> dict:
+    return {"global_batch": sum(samples), "ranks": [
+        {"rank": r, "samples": n, "micro_batch": n // kk, "accumulation_steps": kk, "loss_weight": 0.0}
+        for r, (n, kk) in enumerate(zip(samples, k, strict=True))]}
+
+
+def test_common_accumulation_divides_the_batch() -> None:
+    assert common_accumulation(640, 1) == 1
+    assert common_accumulation(640, 3) == 4
+    assert common_accumulation(7, 2) == 7
+
+
+@given(st.lists(st.integers(1, 200), min_size=2, max_size=10), st.integers(1, 4))
+def test_split_keeps_the_batch_and_one_k(samples: list[int], needed: int) -> None:
+    data = planner_json(samples, [needed] * len(samples))
+    try:
+        split = deepspeed_split(data)
+    except ValueError:
+        assert sum(samples) // common_accumulation(sum(samples), needed) < len(samples)
+        return
+    k = split["accumulation_steps"]
+    assert k >= needed and sum(samples) % k == 0
+    assert sum(r["samples"] for r in split["ranks"]) == sum(samples)
+    for rank in split["ranks"]:
+        assert rank["micro_batch"] >= 1 and rank["samples"] == rank["micro_batch"] * k
+        assert rank["loss_weight"] == pytest.approx(rank["samples"] * len(samples) / sum(samples))
+
+
+def test_configs_per_rank(tmp_path: Path) -> None:
+    split = deepspeed_split(planner_json([28, 62, 102], [1, 1, 2]))
+    paths = write_configs(split, {"zero_optimization": {"stage": 2}, "train_batch_size": 999}, tmp_path)
+    configs = [json.loads(p.read_text()) for p in paths]
+    assert [c["gradient_accumulation_steps"] for c in configs] == [2, 2, 2]
+    assert [c["train_micro_batch_size_per_gpu"] * 2 for c in configs] == [r["samples"] for r in split["ranks"]]
+    assert all(c["zero_optimization"] == {"stage": 2} for c in configs)
+    assert [c["train_batch_size"] for c in configs] == [c["train_micro_batch_size_per_gpu"] * 2 * 3 for c in configs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "deepspeed"])
+def test_unequal_split_gives_the_full_batch_update(mode: str, tmp_path: Path) -> None:
+    """DDP (float64) and DeepSpeed ZeRO-2 (fp32) on 2 CPU ranks: weighted matches, unweighted does not."""
+    if mode == "deepspeed":
+        pytest.importorskip("deepspeed")
+    out = tmp_path / "result.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(ROOT / "benchmarks" / "weighted_check.py"), "--mode", mode, "--out", str(out)],
+        capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    tolerance = 1e-12 if mode == "ddp" else 1e-6
+    assert data["max_abs_diff_weighted"] < tolerance
+    assert data["max_abs_diff_unweighted"] > 1e-3

@@ -1,0 +1,63 @@
+"""Re-plan the per-rank batch split: the current and proposed split side by side, with
+predicted step time and samples/s; confirming restarts the job into it (gpumix run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from gpumix.tui.gpu_table import short_tier
+from gpumix.tui.power_screens import DIALOG_CSS
+
+
+def plan_table(plan: dict[str, Any], snapshot: dict[str, Any]) -> str:
+    ranks = {r["rank"]: r for r in snapshot.get("ranks", []) if r.get("job") == plan["job"]}
+    tiers = {g["uuid"]: short_tier(g["tier"]) for g in snapshot["gpus"]}
+    lines = [f"job {plan['job']}: global batch {plan['global_batch']} (kept)", "",
+             f"{'rank':>4} {'GPU':<9} {'now':>5} → {'n_r':>4} {'m_r':>4} {'k_r':>3} {'weight':>6}  limited by"]
+    for share in plan["ranks"]:
+        rank = ranks.get(share["rank"], {})
+        now = round(rank.get("samples") or 0)
+        lines.append(f"{share['rank']:>4} {tiers.get(rank.get('gpu_uuid'), '?'):<9} {now:>5} → {share['samples']:>4}"
+                     f" {share['micro_batch']:>4} {share['accumulation_steps']:>3} {share['loss_weight']:>6.3f}"
+                     f"  {', '.join(share['limited_by'] or []) or '-'}")
+    lines.append("")
+    for name in ("current", "proposed", "ideal"):
+        p = plan[name]
+        lines.append(f"{name:>9}: step {p['step_time_s']:.3f} s · {p['samples_per_s']:.0f} samples/s")
+    if plan.get("speedup"):
+        lines.append(f"  {plan['speedup']:.2f}× the current split")
+    fast = plan.get("fast_tier_only")
+    if fast:
+        lines.append(f"  or: {fast['tier']} tier only, the rest for eval: {fast['samples_per_s']:.0f} samples/s")
+    if plan.get("note"):
+        lines.append(f"  {plan['note']}")
+    return "\n".join(lines)
+
+
+class PlanScreen(ModalScreen[bool]):
+    """True: restart the job into the plan."""
+
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="plan.cancel")]
+    DEFAULT_CSS = DIALOG_CSS.format(name="PlanScreen") + "PlanScreen VerticalScroll { height: auto; max-height: 17; }"
+
+    def __init__(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
+        super().__init__()
+        self.plan = plan
+        self.snapshot = snapshot
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            with VerticalScroll():
+                yield Static(plan_table(self.plan, self.snapshot), id="plan-text")
+            with Horizontal():
+                yield Button("Restart into this split…", id="apply", variant="warning")
+                yield Button("Cancel", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "apply")

@@ -1,0 +1,97 @@
+"""gpumix-top --replay FILE: the dashboard over a recording, with a player's keys.
+
+P pause/play, [ ] seek ±10 s, { } seek ±60 s, + / - speed (0.5× … 16×). The
+status line under the title says where the replay is. Read-only: every control
+is hidden, and the source refuses any that arrives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Static
+
+from gpumix.replay import ReplaySource
+from gpumix.tui.app import GpumixApp
+
+REPLAY_POLL_S = 0.25  # the screen follows the replay at 4 Hz whatever its speed
+
+
+class ReplayApp(GpumixApp):
+    TITLE = "gpumix-top (replay)"
+    BINDINGS = [
+        Binding("P", "replay_pause", "Pause", id="replay_pause"),
+        Binding("left_square_bracket", "replay_seek(-10)", "-10s", key_display="[", id="replay_back"),
+        Binding("right_square_bracket", "replay_seek(10)", "+10s", key_display="]", id="replay_forward"),
+        Binding("left_curly_bracket", "replay_seek(-60)", "-60s", key_display="{", show=False, id="replay_back_more"),
+        Binding("right_curly_bracket", "replay_seek(60)", "+60s", key_display="}", show=False, id="replay_forward_more"),
+        Binding("plus", "replay_speed(1)", "Faster", key_display="+", show=False, id="replay_faster"),
+        Binding("minus", "replay_speed(-1)", "Slower", key_display="-", show=False, id="replay_slower"),
+    ]
+    DEFAULT_CSS = "#replay { height: 1; padding: 0 1; background: $boost; color: $warning; }"
+
+    def __init__(self, source: ReplaySource, interval_s: float = REPLAY_POLL_S, theme: str | None = None) -> None:
+        super().__init__(source, interval_s=min(interval_s, REPLAY_POLL_S), theme=theme, readonly=True)
+        self.replay: ReplaySource = source
+
+    def compose(self) -> ComposeResult:
+        for widget in super().compose():
+            yield widget
+            if widget.id == "title":
+                yield Static(self.replay.status_line(), id="replay")
+
+    def render_snapshot(self, snapshot: dict[str, Any]) -> None:
+        super().render_snapshot(snapshot)
+        self._show_status()
+
+    def _received(self, snapshot: dict[str, Any] | None) -> None:
+        super()._received(snapshot)
+        self._show_status()  # the clock moves even when the snapshot did not change
+
+    def _show_status(self) -> None:
+        try:
+            self.query_one("#replay", Static).update(self.replay.status_line())
+        except Exception:  # a screen without the status line is on top
+            pass
+
+    def _jump(self) -> None:
+        """Show the new position now rather than at the next poll."""
+        snapshot = self.replay.snapshot()
+        if snapshot is not None and snapshot is not self.snapshot:
+            self.snapshot = snapshot
+            self.render_snapshot(snapshot)
+        self._show_status()
+
+    def action_replay_pause(self) -> None:
+        paused = self.replay.toggle_pause()
+        self.notify("paused" if paused else "playing", timeout=2)
+        self._jump()
+
+    def action_replay_seek(self, seconds: float) -> None:
+        self.replay.seek(float(seconds))
+        self._jump()
+
+    def action_replay_speed(self, step: int) -> None:
+        speed = self.replay.faster() if int(step) > 0 else self.replay.slower()
+        self.notify(f"speed {speed:g}×", timeout=2)
+        self._jump()
+
+
+def run_replay(prog: str, args: Any) -> int:
+    """`gpumix-top --replay FILE`: one line and exit 2 if the file is not a recording."""
+    from gpumix.cli_common import fail
+    from gpumix.recorder import RecordingError
+
+    if args.once or args.record:
+        fail(prog, "--replay shows a recording interactively: it takes neither --once nor --record")
+    try:
+        source = ReplaySource(args.replay)
+    except RecordingError as error:
+        fail(prog, str(error))
+    try:
+        ReplayApp(source, interval_s=args.interval, theme=args.theme).run()
+    finally:
+        source.close()
+    return 0
