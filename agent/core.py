@@ -85,6 +85,8 @@ class Agent:
         self._pinned = PinnedPool() if self._uses_cuda() else None
         self._resources: dict[str, float | None] = {"cpu_pct": None, "rss_bytes": None}
         self._resources_at = 0.0
+        self._memory: dict[str, float] = {}
+        self._memory_at = 0.0
         self._process: Any = None
         self._warned = False
         self.gradient_bytes: int | None = None  # set by watch_ddp: what the planner's all-reduce moves
@@ -211,14 +213,20 @@ class Agent:
         return {key: value for key, value in message.items() if value is not None}
 
     def _gpu_memory(self) -> dict[str, float]:
+        """Allocator counters, read at most once a second: each torch.cuda.memory_* call
+        builds the allocator's whole statistics dict (tens of us), too much for every step."""
         if self._pinned is None:
             return {}
-        cuda = sys.modules["torch"].cuda  # these read the caching allocator's counters: no sync
-        return {
-            "mem_allocated_bytes": cuda.memory_allocated(self.cuda_device),
-            "mem_reserved_bytes": cuda.memory_reserved(self.cuda_device),
-            "mem_peak_bytes": cuda.max_memory_allocated(self.cuda_device),
-        }
+        now = time.monotonic()
+        if now - self._memory_at >= RESOURCE_PERIOD_S:
+            self._memory_at = now
+            stats = sys.modules["torch"].cuda.memory_stats(self.cuda_device)  # no sync
+            self._memory = {
+                "mem_allocated_bytes": stats.get("allocated_bytes.all.current"),
+                "mem_reserved_bytes": stats.get("reserved_bytes.all.current"),
+                "mem_peak_bytes": stats.get("allocated_bytes.all.peak"),
+            }
+        return self._memory
 
     def _process_resources(self) -> dict[str, float | None]:
         now = time.monotonic()

@@ -47,7 +47,23 @@ if [ "$PART" = a ]; then
   step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/weighted_check.py --mode deepspeed --out "$OUT/weighted_ds.json"
   LIMIT=300 step python3 benchmarks/bench_agent_overhead.py --gpus 2 --pairs 5 --steps 300 --width 4096 --batch 256 --hub /tmp/gpumix-hub.sock --out "$OUT/overhead.json"
   kill $HUB
+elif [ "$PART" = c ]; then
+  step python3 benchmarks/nvml_probe.py --out "$OUT/probe_c.json" --load h2d,d2h --load-seconds 5
+  step python3 benchmarks/bench_agent_calls.py --out "$OUT/agent_calls.json"
+  gpumix hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
+  HUB=$!; sleep 3
+  LIMIT=200 step python3 benchmarks/bench_agent_overhead.py --gpus 2 --pairs 4 --steps 300 --width 4096 --batch 256 --hub /tmp/gpumix-hub.sock --out "$OUT/overhead_c.json"
+  kill $HUB
+  LIMIT=300 step python3 benchmarks/bench_replan_gpu.py --window 10 --out "$OUT/replan_c.json"
 else
-  LIMIT=420 step python3 benchmarks/bench_replan_gpu.py --out "$OUT/replan.json"
+  step python3 benchmarks/nvml_probe.py --out "$OUT/probe_b.json" --load h2d,d2h --load-seconds 6
+  gpumix hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
+  HUB=$!; sleep 3
+  export GPUMIX_HUB=/tmp/gpumix-hub.sock
+  step python3 -m torch.distributed.run --standalone --nproc_per_node=2 examples/deepspeed_train.py --steps 50 --zero 2
+  snapshot "$OUT/deepspeed.json"
+  LIMIT=200 step python3 benchmarks/bench_agent_overhead.py --gpus 2 --pairs 4 --steps 300 --width 4096 --batch 256 --hub /tmp/gpumix-hub.sock --out "$OUT/overhead_b.json"
+  kill $HUB
+  LIMIT=300 step python3 benchmarks/bench_replan_gpu.py --window 10 --out "$OUT/replan.json"
 fi
 echo "=== done $(date -u +%H:%M:%S)" >>"$LOG"

@@ -324,6 +324,7 @@ class NvmlBackend:
             if counters is None:
                 counters = self._pcie[index] = PcieCounters()
             counters.update(int(values[0].timestamp), values[0], values[1])
+            counters.read_at_s = self._clock()
             return counters
 
     def _pcie_from_counters(self, index: int, link_bytes_per_s: float | None = None) -> tuple[float, float] | None:
@@ -342,15 +343,14 @@ class NvmlBackend:
         """One pass of the wrap guard: read the counters of GPUs whose 32-bit counters
         would wrap before the next tick. Returns seconds until the next read is due."""
         wait_s = PCIE_GUARD_MAX_WAIT_S
-        now_us = int(self._clock() * 1e6)
         for index in list(self._pcie):
             counters = self._pcie[index]
             if index in self._lost or (index, "pcie_counters") in self.unsupported:
                 continue
-            due_s = counters.next_read_due_s(now_us)
+            due_s = counters.next_read_due_s(self._clock())
             if due_s is not None and due_s <= 0:
                 self._read_counters(index)
-                due_s = self._pcie[index].next_read_due_s(int(self._clock() * 1e6))
+                due_s = self._pcie[index].next_read_due_s(self._clock())
             if due_s is not None:
                 wait_s = min(wait_s, max(PCIE_GUARD_MIN_WAIT_S, due_s))
         return wait_s

@@ -70,6 +70,7 @@ class PcieCounters:
     sampled_rx: int = 0
     rate_bytes_per_s: float = 0.0  # the busier direction, last measured
     link_bytes_per_s: float | None = None  # the fastest the counters can move now (the link's rate)
+    read_at_s: float | None = None  # our own (monotonic) clock at the last read: NVML's stamps are wall time
     reset: bool = False  # the counters restarted since the last tick: its rate is unknown
 
     def update(self, timestamp_us: int, tx_value: Any, rx_value: Any) -> None:
@@ -114,9 +115,9 @@ class PcieCounters:
         period = self.safe_period_s()
         return period is not None and period < tick_s
 
-    def next_read_due_s(self, now_us: int) -> float | None:
+    def next_read_due_s(self, now_s: float) -> float | None:
         """Seconds until the counters must be read again to stay exact; None: no hurry."""
         period = self.safe_period_s()
-        if period is None or self.timestamp_us is None or period >= PCIE_GUARD_MAX_WAIT_S:
+        if period is None or self.read_at_s is None or period >= PCIE_GUARD_MAX_WAIT_S:
             return None
-        return period - (now_us - self.timestamp_us) / 1e6
+        return period - (now_s - self.read_at_s)

@@ -15,6 +15,9 @@ import pynvml
 from gpumix.sim.machine import SimMachine
 
 COUNTER_MODULUS = 1 << 32
+# NVML stamps field values with the wall clock (us since 1970), not the monotonic clock
+# samplers schedule by: keep the two apart here too.
+FIELD_EPOCH_OFFSET_S = 1_700_000_000.0
 _P2P_OK = 0
 _GPU_NOT_SUPPORTED = 2  # P2P status: GeForce cards refuse peer-to-peer
 _TOPOLOGY_HOSTBRIDGE = 30
@@ -177,7 +180,7 @@ class SimNvml:
             values.append(
                 SimpleNamespace(
                     fieldId=field_id,
-                    timestamp=int(timestamp_s * 1e6),
+                    timestamp=int((timestamp_s + FIELD_EPOCH_OFFSET_S) * 1e6),
                     nvmlReturn=pynvml.NVML_SUCCESS if known else pynvml.NVML_ERROR_NOT_SUPPORTED,
                     valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
                     value=SimpleNamespace(uiVal=wrapped, ullVal=wrapped),
