@@ -79,6 +79,7 @@ class GpumixApp(App[None]):
         self.renders = 0
         self._requested_theme = theme
         self._palette: Palette | None = None
+        self._panel_text: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
@@ -138,11 +139,17 @@ class GpumixApp(App[None]):
         with self.batch_update():
             table = self.query_one(GpuTable)
             table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme), snapshot.get("ranks"))
-            self.query_one("#run", Static).update(run_line(snapshot))
-            self.query_one("#title", Static).update(title_line(snapshot))
+            self._set_text("#run", run_line(snapshot))
+            self._set_text("#title", title_line(snapshot))
             self._show_detail()
-            self.query_one("#host", Static).update(host_text(snapshot, self.size.width - 2))
+            self._set_text("#host", host_text(snapshot, self.size.width - 2))
         self.renders += 1
+
+    def _set_text(self, selector: str, text: str) -> None:
+        """Repaint a panel only when its text changed."""
+        if self._panel_text.get(selector) != text:
+            self._panel_text[selector] = text
+            self.query_one(selector, Static).update(text)
 
     def _show_detail(self) -> None:
         if self.snapshot is None:
@@ -150,7 +157,7 @@ class GpumixApp(App[None]):
         uuid = self.query_one(GpuTable).selected_uuid
         gpu = next((g for g in self.snapshot["gpus"] if g["uuid"] == uuid), None)
         if gpu is not None:
-            self.query_one("#detail", Static).update(detail_text(gpu, self.source.series, self.size.width - 2))
+            self._set_text("#detail", detail_text(gpu, self.source.series, self.size.width - 2))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()

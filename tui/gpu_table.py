@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from gpumix.tui import format as fmt
@@ -175,6 +176,16 @@ class GpuTable(DataTable):
         if self._restore_cursor is not None and self.row_count:
             self.move_cursor(row=min(self._restore_cursor, self.row_count - 1))
             self._restore_cursor = None
+
+    def update_cell(self, row_key: Any, column_key: Any, value: Any, *, update_width: bool = False) -> None:
+        """DataTable.update_cell repaints the whole table; this repaints the one cell, so a tick
+        writes to the terminal only what changed (over SSH, bytes are what the user pays).
+        Widths never change here: every cell is padded to its column's fixed width."""
+        row_index = self.get_row_index(row_key)
+        column_index = self.get_column_index(column_key)
+        self._data[row_key][column_key] = value
+        self._update_count += 1  # DataTable's render caches are keyed by this count
+        self.refresh_coordinate(Coordinate(row_index, column_index))
 
     def forget_styles(self) -> None:
         """After a theme change every styled cell must be rewritten."""
