@@ -9,6 +9,7 @@ PCI_BUS_ID, as on every multi-GPU box worth monitoring) or by UUID.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 
@@ -71,10 +72,13 @@ def versions() -> dict[str, str]:
             pass
     try:
         with open("/proc/driver/nvidia/version") as handle:  # no NVML import in a training process
-            line = handle.readline()
-        parts = line.split()
-        if "Module" in parts:
-            found["driver"] = parts[parts.index("Module") + 1]
+            found.update(driver_from_proc(handle.readline()))
     except OSError:
         pass
     return found
+
+
+def driver_from_proc(line: str) -> dict[str, str]:
+    """'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...' -> 580.159.04"""
+    match = re.search(r"\b(\d{3,}\.\d+(?:\.\d+)?)\b", line)
+    return {"driver": match.group(1)} if match else {}

@@ -72,3 +72,11 @@ def test_lazy_scalar_cpu_values() -> None:
     assert LazyScalar(1, None).read() == 1.0
     assert LazyScalar(None, None).read() is None
     assert abs(LazyScalar(torch.tensor([1.0, 3.0]), None).read() - 2.0) < 1e-9
+
+
+def test_driver_version_from_proc() -> None:
+    open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U16)  Thu"
+    legacy = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024"
+    assert launcher_env.driver_from_proc(open_module) == {"driver": "580.159.04"}
+    assert launcher_env.driver_from_proc(legacy) == {"driver": "535.183.01"}
+    assert launcher_env.driver_from_proc("garbage") == {}
