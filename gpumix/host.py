@@ -42,10 +42,12 @@ def _has_infiniband() -> bool:
 
 
 class HostSampler:
-    """Keeps psutil.Process objects between ticks: cpu_percent() needs the previous reading."""
+    """Keeps psutil.Process objects between ticks: cpu_percent() needs the previous reading.
+    A process's name, user and command do not change: read once, not every tick."""
 
     def __init__(self) -> None:
         self._processes: dict[int, psutil.Process] = {}
+        self._static: dict[int, tuple[str | None, str | None, str | None]] = {}
         psutil.cpu_percent(percpu=True)  # prime: the first call has nothing to compare with
 
     def sample(self) -> HostSample:
@@ -66,6 +68,7 @@ class HostSampler:
     def processes(self, pids: set[int]) -> dict[int, ProcessSample]:
         for gone in set(self._processes) - pids:
             del self._processes[gone]
+            self._static.pop(gone, None)
         result = {}
         for pid in pids:
             result[pid] = self._process(pid)
@@ -78,14 +81,11 @@ class HostSampler:
                 process = self._processes[pid] = psutil.Process(pid)
                 process.cpu_percent()  # prime
             with process.oneshot():
-                return ProcessSample(
-                    pid=pid,
-                    name=process.name(),
-                    user=process.username(),
-                    cpu_pct=process.cpu_percent(),
-                    rss_bytes=process.memory_info().rss,
-                    command=" ".join(process.cmdline())[:200] or None,
-                )
+                if pid not in self._static:
+                    self._static[pid] = (process.name(), process.username(), " ".join(process.cmdline())[:200] or None)
+                name, user, command = self._static[pid]
+                return ProcessSample(pid=pid, name=name, user=user, cpu_pct=process.cpu_percent(),
+                                     rss_bytes=process.memory_info().rss, command=command)
         except (psutil.Error, OSError):  # gone, another user's, or in a container we can't see into
             self._processes.pop(pid, None)
             return ProcessSample(pid=pid, name=None, user=None, cpu_pct=None, rss_bytes=None, command=None)

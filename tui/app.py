@@ -16,6 +16,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
+from gpumix.history import HISTORY_FIELDS
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
@@ -80,6 +81,8 @@ class GpumixApp(App[None]):
         self._requested_theme = theme
         self._palette: Palette | None = None
         self._panel_text: dict[str, str] = {}
+        self._series: dict[tuple[int, str], list[float | None]] = {}  # the selected GPU's history
+        self._series_index: int | None = 0
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
@@ -116,9 +119,18 @@ class GpumixApp(App[None]):
     @work(thread=True, exclusive=True, group="poll")
     def fetch(self) -> None:
         snapshot = self.source.snapshot()
-        self.call_from_thread(self._received, snapshot)
+        # The selected GPU's history comes with the snapshot: a remote hub's series is a round
+        # trip, which must not happen on the UI thread.
+        index = self._series_index
+        series = {(index, name): self.source.series(index, name) for name in HISTORY_FIELDS} if index is not None else {}
+        self.call_from_thread(self._received, snapshot, series)
 
-    def _received(self, snapshot: dict[str, Any] | None) -> None:
+    def cached_series(self, index: int, name: str) -> list[float | None]:
+        return self._series.get((index, name), [])
+
+    def _received(self, snapshot: dict[str, Any] | None, series: dict[tuple[int, str], list] | None = None) -> None:
+        if series:
+            self._series = series
         try:
             if snapshot is not None and snapshot is not self.snapshot:
                 self.snapshot = snapshot
@@ -132,7 +144,7 @@ class GpumixApp(App[None]):
             screen.show(snapshot)
             return
         if isinstance(screen, GpuChartsScreen):
-            screen.show(snapshot, self.source.series, self.interval_s)
+            screen.show(snapshot, self.cached_series, self.interval_s)
             return
         if screen is not self.screen_stack[0]:
             return  # a modal is open: skip the repaint behind it
@@ -157,7 +169,8 @@ class GpumixApp(App[None]):
         uuid = self.query_one(GpuTable).selected_uuid
         gpu = next((g for g in self.snapshot["gpus"] if g["uuid"] == uuid), None)
         if gpu is not None:
-            self._set_text("#detail", detail_text(gpu, self.source.series, self.size.width - 2))
+            self._series_index = gpu["index"]
+            self._set_text("#detail", detail_text(gpu, self.cached_series, self.size.width - 2))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()
@@ -193,7 +206,7 @@ class GpumixApp(App[None]):
         screen = GpuChartsScreen(uuid)
         self.push_screen(screen)
         if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot, self.source.series, self.interval_s)
+            self.call_after_refresh(screen.show, self.snapshot, self.cached_series, self.interval_s)
 
     def action_switch_view(self) -> None:
         self.query_one(GpuTable).switch_view()
