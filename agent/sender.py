@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpumix import protocol
+from gpumix import auth, protocol
 
 QUEUE_MESSAGES = 1024
 SEND_TIMEOUT_S = 1.0  # a stopped hub fills the socket buffer: give up on it, don't wait
@@ -47,11 +47,12 @@ class Sender:
         return len(self._queue)
 
     def _connect(self) -> socket.socket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(SEND_TIMEOUT_S)
+        hello = self._hello()
+        if auth.is_tcp(self.address):  # GPUMIX_HUB=tcp://HOST:PORT: the token file or $GPUMIX_TOKEN
+            hello = {**hello, "token": auth.read_token()}  # TokenError is an OSError: back off, retry
+        sock = auth.open_socket(self.address, SEND_TIMEOUT_S)
         try:
-            sock.connect(self.address)
-            sock.sendall(protocol.encode(self._hello()))
+            sock.sendall(protocol.encode(hello))
         except BaseException:
             sock.close()
             raise

@@ -24,6 +24,7 @@ from gpumix.cli_recording import (
     start_prometheus,
     start_recording,
 )
+from gpumix.cli_remote import add_tcp_flags, tcp_settings, unix_socket_path
 from gpumix.hw.open import Hardware, open_hardware
 from gpumix.hw.types import NoDriverError
 from gpumix.paths import default_hub_address
@@ -74,6 +75,7 @@ def build_parser() -> OneLineParser:
     hub.add_argument("--interval", type=positive_float, default=1.0, metavar="SECONDS")
     hub.add_argument("--history-minutes", type=positive_float, default=60.0, metavar="MIN")
     hub.add_argument("--power-budget", type=positive_float, metavar="WATTS", help="the machine's GPU power budget")
+    add_tcp_flags(hub)
     add_record_flags(hub)
     add_prometheus_flags(hub)
     add_export_parser(commands)
@@ -193,6 +195,7 @@ def run_hub(args: argparse.Namespace) -> int:
     from gpumix.hub.server import HubAlreadyRunning
 
     metrics_address = check_prometheus(PROG, args)
+    tcp, token = tcp_settings(PROG, args)
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except (NoDriverError, RigError) as error:
@@ -200,9 +203,9 @@ def run_hub(args: argparse.Namespace) -> int:
     if args.power_budget:
         hardware.power_budget_w = args.power_budget
     try:
-        socket_path = args.socket or default_hub_address()
+        socket_path = args.socket or unix_socket_path(default_hub_address())
         node = start_node(hardware, socket_path, interval_s=args.interval,
-                          history_s=args.history_minutes * 60, demo=args.demo)
+                          history_s=args.history_minutes * 60, demo=args.demo, tcp=tcp, token=token)
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub: {error}")
     recorder = metrics = None
@@ -215,6 +218,8 @@ def run_hub(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signal_number, lambda *_: stop.set())
+    if node.server is not None and node.server.tcp_port is not None and tcp is not None:
+        socket_path = f"{socket_path} and tcp://{tcp[0]}:{node.server.tcp_port}"
     print(f"gpumix hub: listening on {socket_path} ({hardware.source}, {len(hardware.backend.gpus())} GPUs);"
           " attach with gpumix-top, stop with Ctrl+C", flush=True)
     try:

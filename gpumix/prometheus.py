@@ -13,13 +13,16 @@ The endpoint carries no authentication: it listens on loopback unless
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from gpumix.auth import (
+    is_loopback,  # a host name counts as public: we cannot tell where it resolves
+)
 
 DEFAULT_HOST = "127.0.0.1"
 MIB = 1024**2
@@ -68,14 +71,6 @@ def parse_listen(text: str, public: bool = False) -> tuple[str, int]:
                           " authentication; listen on 127.0.0.1, or add --prometheus-public to allow it")
     return host, int(port_text)
 
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: we cannot tell what it resolves to, so treat it as public
 
 
 def _gpu_labels(gpu: dict[str, Any], hostname: str) -> list[str]:

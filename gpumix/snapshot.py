@@ -57,10 +57,6 @@ def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample
         and sample.pcie_link_width_current < info.pcie_width_max
     )
     row["pcie_link_below_max_under_load"] = bool(below_max and row["under_load"])
-    # The slot holds the card back (an x4 riser under an x16 card), whatever the load.
-    row["pcie_slot_limits_card"] = bool(
-        info.pcie_width_max is not None and info.pcie_width_max < 16 and not sample.lost
-    )
     row["processes"] = [
         {**asdict(proc), **_process_fields(processes.get(proc.pid))} for proc in sample.processes
     ]

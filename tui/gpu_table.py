@@ -50,6 +50,15 @@ def short_tier(tier: str) -> str:
     return tier.removeprefix("RTX ").removeprefix("GeForce ")
 
 
+def node_tier(gpu: dict[str, Any]) -> str:
+    """The GPU column; with several nodes attached, 'node:model' (e.g. 'n2:3090') to stay 9 wide."""
+    label = gpu.get("node_label")
+    if not label:
+        return short_tier(gpu["tier"])
+    model = short_tier(gpu["tier"]).split(" ")[0]
+    return f"{label}:{model}"[:9]
+
+
 def throttle_label(reasons: list[str] | None) -> str:
     if reasons is None:
         return fmt.NA
@@ -93,7 +102,7 @@ def row_cells(gpu: dict[str, Any], palette: Palette, ranks: dict[int, dict[str, 
     """The text of each cell of one GPU's row, styled where it flags something."""
     index = f"*{gpu['index']}" if marked else str(gpu["index"])
     cells: dict[str, tuple[str, Any]] = {"index": (index, palette.warning if marked else None),
-                                         "tier": (short_tier(gpu["tier"]), None)}
+                                         "tier": (node_tier(gpu), None)}
     if gpu["lost"]:
         cells["util"] = ("LOST", palette.error)
         for key, _, _ in columns[3:]:

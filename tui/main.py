@@ -18,6 +18,7 @@ from gpumix.hw.open import open_hardware
 from gpumix.hw.types import NoDriverError
 from gpumix.paths import default_hub_address
 from gpumix.sim.rig import RigError
+from gpumix.tui.remote import add_hub_flags, open_source, print_snapshot
 
 PROG = "gpumix-top"
 
@@ -37,6 +38,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
     add_record_flags(parser)
+    add_hub_flags(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
@@ -68,11 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         from gpumix.tui.replay import run_replay
 
         return run_replay(PROG, args)
+    if args.hub:
+        source = open_source(PROG, args)
+        if args.once:
+            return print_snapshot(source.snapshot(), args.json, text_summary)
+        return run_app(source, args)
     simulated = args.demo or args.sim
     if not simulated and not args.once and hub_answers(default_hub_address()):
         if args.record:
             fail(PROG, "--record needs a hub of its own: a hub already runs here; record with `gpumix hub --record FILE`")
-        return run_app(HubClient(default_hub_address()), args)  # attach to the running hub
+        return run_app(HubClient(default_hub_address(), readonly=args.readonly), args)  # attach to the running hub
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except NoDriverError as error:

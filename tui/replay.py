@@ -46,8 +46,8 @@ class ReplayApp(GpumixApp):
         super().render_snapshot(snapshot)
         self._show_status()
 
-    def _received(self, snapshot: dict[str, Any] | None) -> None:
-        super()._received(snapshot)
+    def _received(self, snapshot: dict[str, Any] | None, series: dict[tuple[int, str], list] | None = None) -> None:
+        super()._received(snapshot, series)
         self._show_status()  # the clock moves even when the snapshot did not change
 
     def _show_status(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpumix.hub.core import Hub
 from gpumix.hub.server import HubServer
@@ -20,7 +20,6 @@ class Node:
     hub: Hub
     server: HubServer | None = None
     demo: object | None = None  # a DemoJob while the demo runs
-    started: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
         if self.demo is not None:
@@ -46,10 +45,11 @@ def demo_socket_path() -> str:
 
 
 def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, history_s: float = 600.0,
-               demo: bool = False, sample_in_thread: bool = True) -> Node:
+               demo: bool = False, sample_in_thread: bool = True, tcp: tuple[str, int] | None = None,
+               token: str | None = None) -> Node:
     """Start hub, server and (with demo) the demo job. Raises HubAlreadyRunning or OSError."""
     hub = Hub(hardware, interval_s=interval_s, history_s=history_s)
-    server = HubServer(hub, socket_path)
+    server = HubServer(hub, socket_path, tcp=tcp, token=token)
     server.start()
     node = Node(hub=hub, server=server)
     try:

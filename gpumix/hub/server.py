@@ -3,6 +3,10 @@
 An asyncio loop on its own thread. Each connection starts with a `hello`
 naming its role. A malformed, oversized or unknown message closes that one
 connection with a logged reason; the hub and its other clients go on.
+
+The Unix socket is owner-only (and peers of another uid are refused). TCP,
+when asked for, needs the token in every hello and signed controls from
+clients (gpumix.auth); a read-only client can never send a control.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpumix import protocol
+from gpumix import auth, protocol
 from gpumix.history import HISTORY_FIELDS
 from gpumix.hub.core import Hub, RankKey
 from gpumix.hub.ranks import parse_hello, parse_step, parse_transport
@@ -49,9 +53,17 @@ async def read_message(reader: asyncio.StreamReader, allowed: set[str]) -> dict[
 
 
 class HubServer:
-    def __init__(self, hub: Hub, socket_path: str | Path) -> None:
+    def __init__(self, hub: Hub, socket_path: str | Path, tcp: tuple[str, int] | None = None,
+                 token: str | None = None) -> None:
+        if tcp is not None and not token:
+            raise ValueError("a hub on TCP needs a token")
         self.hub = hub
         self.socket_path = str(socket_path)
+        self.tcp = tcp  # (host, port) to listen on as well, or None: TCP is off unless asked
+        self.tcp_port: int | None = None  # the port bound (port 0 picks one)
+        self._token = token
+        self._tcp_server: asyncio.base_events.Server | None = None
+        self.refused_reasons: list[str] = []  # controls refused (bad mac, replay, read-only), bounded
         self.closed_reasons: list[str] = []  # last reasons connections were closed for (bounded)
         self.connections = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -93,6 +105,10 @@ class HubServer:
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_path, 0o600)
+        if self.tcp is not None:
+            host, port = self.tcp
+            self._tcp_server = await asyncio.start_server(self._handle_tcp, host=host, port=port)
+            self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
         loop = self._loop
@@ -102,6 +118,8 @@ class HubServer:
         async def shutdown() -> None:
             if self._server is not None:
                 self._server.close()
+            if self._tcp_server is not None:
+                self._tcp_server.close()
             for task in asyncio.all_tasks():
                 if task is not asyncio.current_task():
                     task.cancel()
@@ -119,14 +137,27 @@ class HubServer:
         log.warning("hub: closed a connection: %s", reason)
         self.closed_reasons = [*self.closed_reasons[-99:], reason]
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._handle(reader, writer, over_tcp=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      over_tcp: bool = False) -> None:
         self.connections += 1
         key: RankKey | None = None
         pid: int | None = None
         try:
+            if not over_tcp:  # defense in depth behind the 0600 socket: same user only
+                refusal = auth.peer_refusal(auth.peer_uid(writer.get_extra_info("socket")))
+                if refusal is not None:
+                    raise ProtocolError(refusal)
             hello = await read_message(reader, protocol.AGENT_TYPES | protocol.CLIENT_TYPES)
             if hello["type"] != "hello" or hello.get("role") not in protocol.ROLES:
                 raise ProtocolError("the first message must be a hello with a role")
+            if over_tcp:
+                if hello.get("token") is None:
+                    raise ProtocolError("no token in the hello (TCP needs the hub's token)")
+                if not auth.tokens_match(hello.get("token"), self._token or ""):
+                    raise ProtocolError("wrong token")
             if hello["role"] == "agent":
                 info = parse_hello(hello)
                 pid = info["pid"]
@@ -136,7 +167,8 @@ class HubServer:
                     raise ProtocolError(str(error)) from None
                 await self._serve_agent(reader, key)
             else:
-                await self._serve_client(reader, writer)
+                await self._serve_client(reader, writer, await self._welcome(hello, writer, over_tcp),
+                                         readonly=hello.get("readonly") is True)
         except ProtocolError as error:
             self._closed(str(error))
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -164,10 +196,38 @@ class HubServer:
             else:
                 raise ProtocolError(f"unexpected {kind!r} from an agent")
 
-    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _welcome(self, hello: dict[str, Any], writer: asyncio.StreamWriter,
+                       over_tcp: bool) -> auth.ControlVerifier | None:
+        """A client that sent a nonce gets the hub's in a `welcome`; over TCP the nonce is required."""
+        nonce = hello.get("nonce")
+        if nonce is None and not over_tcp:
+            return None  # a plain local client: no welcome, as before
+        if not isinstance(nonce, str) or not 16 <= len(nonce) <= 128:
+            raise ProtocolError("a TCP client's hello needs a nonce of 16 to 128 characters")
+        server_nonce = auth.new_nonce()
+        writer.write(protocol.encode({"type": "welcome", "nonce": server_nonce}))
+        await writer.drain()
+        return auth.ControlVerifier(self._token, nonce, server_nonce) if over_tcp and self._token else None
+
+    def _refuse(self, request: dict[str, Any], reason: str) -> dict[str, Any]:
+        log.warning("hub: refused a %s control: %s", request.get("type"), reason)
+        self.refused_reasons = [*self.refused_reasons[-99:], reason]
+        kind = {"power": "power_result", "replan": "replan_result", "supervisor": "supervisor_work"}[request["type"]]
+        return {"type": kind, "ok": False, "message": f"refused: {reason}", "changes": [], "plan": None}
+
+    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            verifier: auth.ControlVerifier | None = None, readonly: bool = False) -> None:
         while True:
             request = await read_message(reader, protocol.CLIENT_TYPES)
-            if request["type"] == "snapshot":
+            refusal = None
+            if request["type"] in auth.CONTROL_TYPES:
+                if readonly:
+                    refusal = "this connection is read-only"
+                elif verifier is not None:
+                    refusal = verifier.refusal(request)
+            if refusal is not None:
+                reply = self._refuse(request, refusal)
+            elif request["type"] == "snapshot":
                 reply = {"type": "snapshot", "snapshot": self.hub.snapshot()}
             elif request["type"] == "series":
                 index, name = protocol.integer(request, "index", True), protocol.text(request, "name", 64)

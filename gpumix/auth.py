@@ -1,0 +1,226 @@
+"""Who may talk to a hub: the token file, TCP hellos, signed controls, peer uids.
+
+A hub listens on its owner-only Unix socket; TCP is off unless asked. Every
+TCP connection presents the shared token in its hello. A TCP client also
+sends a nonce, and the hub answers with a `welcome` carrying its own; each
+control it sends then carries a strictly increasing counter and an
+HMAC-SHA256 (keyed by the token) over both nonces, the counter and the
+request's canonical JSON. A replayed or altered control is refused.
+
+Standard library only: the agent imports this inside training processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import os
+import secrets
+import socket
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+TOKEN_ENV = "GPUMIX_TOKEN"
+TCP_SCHEME = "tcp://"
+DEFAULT_TCP_HOST = "127.0.0.1"
+NONCE_BYTES = 16
+CONTROL_TYPES = {"power", "replan", "supervisor"}  # requests that change something (or could)
+
+
+class TokenError(OSError):
+    """The token file is missing, unsafe or unusable; str() is a one-line reason."""
+
+
+# -- the token file ------------------------------------------------------------------------
+
+
+def default_token_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "gpumix" / "token"
+
+
+def check_token_file(path: Path) -> None:
+    """Refuse a token that group or others could read (or change)."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise TokenError(f"{path} is not a regular file")
+    if info.st_mode & 0o077:
+        raise TokenError(f"{path} is readable by group/others (mode {stat.S_IMODE(info.st_mode):o}):"
+                         f" run `chmod 600 {path}`")
+
+
+def read_token(path: str | Path | None = None) -> str:
+    """The token: $GPUMIX_TOKEN, else the token file (which must exist and be owner-only)."""
+    if path is None and os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV].strip()
+    token_path = Path(path) if path is not None else default_token_path()
+    try:
+        check_token_file(token_path)
+        token = token_path.read_text().strip()
+    except FileNotFoundError:
+        raise TokenError(f"no token file at {token_path}: copy the hub's token there (mode 600)"
+                         f" or set {TOKEN_ENV}") from None
+    if len(token) < 32:
+        raise TokenError(f"{token_path} holds no usable token (at least 32 characters)")
+    return token
+
+
+def load_or_create_token(path: str | Path | None = None) -> str:
+    """The hub's token, created at first use: 32 random bytes as hex, 0600 in a 0700 folder."""
+    token_path = Path(path) if path is not None else default_token_path()
+    if not token_path.exists():
+        token_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return read_token(token_path)  # another process created it just now
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+    return read_token(token_path)
+
+
+def tokens_match(given: Any, token: str) -> bool:
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), token.encode())
+
+
+# -- addresses ------------------------------------------------------------------------------
+
+
+def is_tcp(address: str) -> bool:
+    return address.startswith(TCP_SCHEME)
+
+
+def split_host_port(text: str, default_host: str | None = None) -> tuple[str, int]:
+    """'HOST:PORT', '[v6]:PORT' or (with a default host) 'PORT' -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        if default_host is None:
+            raise ValueError(f"{text!r}: expected HOST:PORT")
+        host = default_host
+    host = host.strip("[]") or (default_host or "")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r}: expected [HOST:]PORT with a port from 0 to 65535")
+    return host, int(port)
+
+
+def tcp_address(address: str) -> tuple[str, int]:
+    return split_host_port(address[len(TCP_SCHEME):])
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def open_socket(address: str, timeout_s: float) -> socket.socket:
+    """A connected socket to a hub: `tcp://HOST:PORT` or a Unix socket path."""
+    if is_tcp(address):
+        return socket.create_connection(tcp_address(address), timeout=timeout_s)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# -- Unix peers -----------------------------------------------------------------------------
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (Linux SO_PEERCRED), or None."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except OSError:
+        return None
+    return uid
+
+
+def peer_refusal(uid: int | None, own_uid: int | None = None) -> str | None:
+    """Why a Unix peer is refused (another user), or None to let it in."""
+    own = os.getuid() if own_uid is None else own_uid
+    if uid is None or uid == own:
+        return None
+    return f"peer uid {uid} is not the hub's owner (uid {own})"
+
+
+# -- signed controls --------------------------------------------------------------------------
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(NONCE_BYTES)
+
+
+def canonical(request: dict[str, Any]) -> bytes:
+    """The request as signed: sorted keys, no spaces, without `mac` (and the frame's `v`)."""
+    body = {key: value for key, value in request.items() if key not in ("mac", "v")}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False,
+                      default=str).encode()
+
+
+def control_mac(token: str, server_nonce: str, client_nonce: str, counter: int, request: dict[str, Any]) -> str:
+    message = b"\n".join([server_nonce.encode(), client_nonce.encode(), str(counter).encode(), canonical(request)])
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
+
+
+class ControlSigner:
+    """A client's side: counts and signs each control on one connection."""
+
+    def __init__(self, token: str, client_nonce: str, server_nonce: str) -> None:
+        self.token, self.client_nonce, self.server_nonce = token, client_nonce, server_nonce
+        self.counter = 0
+
+    def sign(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.counter += 1
+        signed = {key: value for key, value in request.items() if key != "mac"}
+        signed["counter"] = self.counter
+        signed["mac"] = control_mac(self.token, self.server_nonce, self.client_nonce, self.counter, signed)
+        return signed
+
+
+class ControlVerifier:
+    """The hub's side: one per TCP client connection."""
+
+    def __init__(self, token: str, client_nonce: str, server_nonce: str) -> None:
+        self.token, self.client_nonce, self.server_nonce = token, client_nonce, server_nonce
+        self.last_counter = 0
+
+    def refusal(self, request: dict[str, Any]) -> str | None:
+        """Why this control is refused, or None (and then its counter is used up)."""
+        counter, mac = request.get("counter"), request.get("mac")
+        if isinstance(counter, bool) or not isinstance(counter, int) or not isinstance(mac, str):
+            return "a control over TCP must carry a counter and a mac"
+        try:
+            expected = control_mac(self.token, self.server_nonce, self.client_nonce, counter, request)
+        except ValueError:
+            return "the control cannot be signed (not finite JSON)"
+        if not hmac.compare_digest(mac.encode(), expected.encode()):
+            return "bad mac: the control was altered or signed with another token"
+        if counter <= self.last_counter:
+            return f"replayed control (counter {counter}, last {self.last_counter})"
+        self.last_counter = counter
+        return None
+
+
+def client_hello(token: str | None, client_nonce: str | None, readonly: bool) -> dict[str, Any]:
+    hello: dict[str, Any] = {"type": "hello", "role": "client"}
+    if token is not None:
+        hello["token"] = token
+    if client_nonce is not None:
+        hello["nonce"] = client_nonce
+    if readonly:
+        hello["readonly"] = True
+    return hello

@@ -1,0 +1,40 @@
+"""`gpumix hub --tcp`: TCP is off unless asked, loopback unless an address is given, always with the token."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpumix import auth
+from gpumix.cli_common import OneLineParser, fail
+from gpumix.paths import runtime_dir
+
+
+def add_tcp_flags(parser: OneLineParser) -> None:
+    parser.add_argument("--tcp", metavar="[HOST:]PORT",
+                        help="also listen on TCP (HOST defaults to 127.0.0.1); clients need the token")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="the shared token (default: $XDG_CONFIG_HOME/gpumix/token, created at first use)")
+
+
+def tcp_settings(prog: str, args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | None]:
+    """(host, port) and the token for `--tcp`, or (None, None); one-line errors for the user's mistakes."""
+    if not args.tcp:
+        return None, None
+    try:
+        host, port = auth.split_host_port(args.tcp, default_host=auth.DEFAULT_TCP_HOST)
+    except ValueError as error:
+        fail(prog, f"--tcp {error}")
+    try:
+        token = auth.load_or_create_token(args.token_file)
+    except OSError as error:  # TokenError included: group/other-readable, missing folder rights
+        fail(prog, f"cannot use the token: {error}")
+    if not auth.is_loopback(host):
+        print(f"{prog}: warning: listening on {host}:{port}: the token is the only protection;"
+              " use it on a trusted network only", file=sys.stderr, flush=True)
+    return (host, port), token
+
+
+def unix_socket_path(address: str) -> str:
+    """The hub's own socket: $GPUMIX_HUB may name a TCP hub for agents; the hub still listens locally."""
+    return str(runtime_dir() / "hub.sock") if auth.is_tcp(address) else address

@@ -1,0 +1,58 @@
+"""`gpumix-top --hub ADDR [--hub ADDR ...]`: attach to running hubs (Unix socket paths or tcp://HOST:PORT)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gpumix import auth
+from gpumix.cli_common import OneLineParser, fail
+from gpumix.hub.client import HubClient
+from gpumix.hub.multi import MultiHubSource
+
+NODE_TIMEOUT_S = 2.0  # a node that does not answer in this time shows as unreachable, the others go on
+
+
+def add_hub_flags(parser: OneLineParser) -> None:
+    parser.add_argument("--hub", action="append", metavar="ADDR",
+                        help="attach to a running hub: a socket path (e.g. an ssh -L forward) or tcp://HOST:PORT;"
+                             " repeat for several nodes")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="the token for tcp:// hubs (default: $GPUMIX_TOKEN or $XDG_CONFIG_HOME/gpumix/token)")
+
+
+def open_source(prog: str, args: argparse.Namespace) -> Any:
+    """One HubClient, or a MultiHubSource over several; the token is checked now, not at the first poll."""
+    if args.demo or args.sim or args.replay or args.record:
+        fail(prog, "--hub attaches to running hubs: it cannot be combined with --demo, --sim, --replay or --record")
+    token = None
+    if any(auth.is_tcp(address) for address in args.hub):
+        try:
+            token = auth.read_token(args.token_file)
+        except auth.TokenError as error:
+            fail(prog, f"cannot use the token: {error}")
+        for address in args.hub:
+            if auth.is_tcp(address):
+                try:
+                    auth.tcp_address(address)
+                except ValueError as error:
+                    fail(prog, f"--hub {error}")
+    clients = [HubClient(address, timeout_s=NODE_TIMEOUT_S, readonly=args.readonly, token=token)
+               for address in args.hub]
+    if len(clients) == 1:
+        return clients[0]
+    return MultiHubSource(clients, addresses=list(args.hub))
+
+
+def print_snapshot(snapshot: dict[str, Any] | None, as_json: bool, summary: Any) -> int:
+    if snapshot is None:
+        print("no hub answered", file=sys.stderr)
+        return 1
+    if as_json:
+        json.dump(snapshot, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(summary(snapshot))
+    return 0
