@@ -237,9 +237,11 @@ def _tiers(snapshot: dict[str, Any]) -> list[Finding]:
 
 def findings(snapshot: dict[str, Any], settings: AdvisorSettings | None = None) -> list[Finding]:
     settings = settings or AdvisorSettings(has_infiniband=bool((snapshot.get("host") or {}).get("infiniband")))
-    result = [*_links(snapshot), *_p2p(snapshot, settings), *_nccl_env(snapshot, settings),
-              *_power(snapshot, settings), *_cpu_forwarding(snapshot), *_tiers(snapshot)]
-    return sorted(result, key=lambda f: -SEVERITY_RANK[f.severity])
+    # Within a severity, what costs the job now comes first: the bottleneck and the tiers,
+    # then settings and power, then the per-GPU link facts that explain them.
+    result = [*_cpu_forwarding(snapshot), *_tiers(snapshot), *_p2p(snapshot, settings),
+              *_nccl_env(snapshot, settings), *_power(snapshot, settings), *_links(snapshot)]
+    return sorted(result, key=lambda f: -SEVERITY_RANK[f.severity])  # stable: keeps that order
 
 
 def exit_code(found: list[Finding]) -> int:
