@@ -48,6 +48,10 @@ def plan_text(job: str, data: dict[str, Any]) -> str:
     if fast:
         lines.append(f"  alternative: train on the {fast['tier']} tier only (ranks {fast['ranks']}), others for eval:"
                      f" {fast['samples_per_s']:.0f} samples/s")
+    without = data.get("without_tier")
+    if without:
+        lines.append(f"  or: leave the {without['tier_left_out']} tier out of the job: {without['samples_per_s']:.0f}"
+                     f" samples/s ({without['speedup_over_current']:.2f}x; restart it with fewer ranks)")
     if data.get("note"):
         lines.append(f"  note: {data['note']}")
     return "\n".join(lines)

@@ -106,6 +106,7 @@ class Plan:
     kept_current: bool  # the proposal was no faster, so the current split stands
     note: str | None
     fast_tier_only: TierAlternative | None
+    best_without_tier: TierAlternative | None = None  # the fastest job with one tier left out (its name)
 
     @property
     def speedup(self) -> float:
@@ -438,7 +439,26 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
     return Plan(
         global_batch=B, ranks=tuple(ranks), current=current, proposed=proposed,
         ideal=ideal(B, part, grad), kept_current=kept, note=note, fast_tier_only=fast,
+        best_without_tier=best_without_tier(part, request),
     )
+
+
+def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest) -> TierAlternative | None:
+    """Leave one tier out (its cards for eval): a slow tier on slow links can pace every
+    all-reduce, so the job may be faster without it. The best such option, if any tier exists
+    whose absence beats nothing; `tier` names the tier left out, `ranks` the ranks kept."""
+    tiers = sorted({m.tier for m in part if m.tier is not None})
+    best: TierAlternative | None = None
+    for tier in tiers if len(tiers) > 1 else []:
+        kept = [m for m in part if m.tier != tier]
+        try:
+            counts, _, _ = _split(request.global_batch, kept, request)
+        except ValueError:  # B does not fit on the rest
+            continue
+        prediction = predict(counts, kept, request.gradient_bytes)
+        if best is None or prediction.samples_per_s > best.prediction.samples_per_s:
+            best = TierAlternative(tier=tier, ranks=tuple(m.rank for m in kept), prediction=prediction)
+    return best
 
 
 def _prediction_json(p: Prediction) -> dict[str, float]:
@@ -469,4 +489,9 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "kept_current": p.kept_current,
         "note": p.note,
         "fast_tier_only": fast,
+        "without_tier": None if p.best_without_tier is None else {
+            "tier_left_out": p.best_without_tier.tier, "ranks": list(p.best_without_tier.ranks),
+            **_prediction_json(p.best_without_tier.prediction),
+            "speedup_over_current": (p.best_without_tier.prediction.samples_per_s / p.current.samples_per_s
+                                     if p.current.samples_per_s > 0 else None)},
     }

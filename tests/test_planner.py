@@ -222,3 +222,22 @@ def test_accumulating_ranks_keep_micro_batches_at_least_half_the_cap() -> None:
             assert r.micro_batch <= 10
             assert r.accumulation_steps == 1 or 2 * r.micro_batch >= 10, (global_batch, r)
         assert result.proposed.compute_s <= result.ideal.compute_s + 10 / 100
+
+
+def test_leaving_the_slow_link_tier_out_is_found_and_beats_the_rest() -> None:
+    # The 3060s' slow links pace every all-reduce: the job is fastest without them.
+    measures = [RankMeasure(**{**m.__dict__, "link_bytes_per_s": 0.8e9 if i < 3 else 20e9})
+                for i, m in enumerate(mixed_rig())]
+    result = plan(measures, PlanRequest(global_batch=640, gradient_bytes=1e8))
+    without = result.best_without_tier
+    assert without is not None and without.tier == "rtx3060" and without.ranks == tuple(range(3, 10))
+    assert without.prediction.samples_per_s > result.proposed.samples_per_s
+    assert without.prediction.samples_per_s >= result.fast_tier_only.prediction.samples_per_s
+    data = plan_to_json(result)
+    assert data["without_tier"]["tier_left_out"] == "rtx3060" and data["without_tier"]["speedup_over_current"] > 1
+
+
+def test_no_tier_left_out_on_one_tier() -> None:
+    measures = [RankMeasure(rank=i, samples_per_s=100.0, current_samples=16, link_bytes_per_s=HUGE_LINK, tier="a")
+                for i in range(3)]
+    assert plan(measures, PlanRequest(global_batch=48, gradient_bytes=1e6)).best_without_tier is None

@@ -35,6 +35,9 @@ def plan_table(plan: dict[str, Any], snapshot: dict[str, Any]) -> str:
     fast = plan.get("fast_tier_only")
     if fast:
         lines.append(f"  or: {fast['tier']} tier only, the rest for eval: {fast['samples_per_s']:.0f} samples/s")
+    without = plan.get("without_tier")
+    if without:
+        lines.append(f"  or: without the {without['tier_left_out']} tier: {without['samples_per_s']:.0f} samples/s")
     if plan.get("note"):
         lines.append(f"  {plan['note']}")
     return "\n".join(lines)
