@@ -307,7 +307,7 @@ async def test_readonly_hides_and_ignores_every_control(demo_hub: Hub) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         keys = await footer(pilot, app)
-        assert "Findings" in keys and "Cap" not in keys and "Budget" not in keys
+        assert "Advice" in keys and "Cap" not in keys and "Budget" not in keys and "Split" not in keys
         await pilot.press("space", "T", "c", "b")
         await pilot.pause(0.2)
         assert app.screen is app.screen_stack[0]

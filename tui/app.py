@@ -57,7 +57,7 @@ class GpumixApp(App[None]):
         Binding("p", "processes", "Procs", show=False, id="processes"),
         Binding("v", "switch_view", "View", id="switch_view"),
         Binding("r", "ranks", "Ranks", id="ranks"),
-        Binding("f", "findings", "Findings", id="findings"),
+        Binding("f", "findings", "Advice", id="findings"),
         Binding("g", "tiers", "Tiers", show=False, id="tiers"),
         Binding("c", "power", "Cap", id="power"),
         Binding("b", "fit_budget", "Budget", id="fit_budget"),

@@ -21,7 +21,7 @@ HELP_TEXT = """\
 [b]Keys[/b]
   ↑/↓ or j/k   select a GPU            enter   history charts of the GPU
   v            hardware / training columns      r   ranks of the job
-  f            findings (advisor)      g       tiers: who waits, who drags
+  f            advice (the findings)   g       tiers: who waits, who drags
   t            P2P and topology        p       processes on the GPUs
   c            power cap of the selected (or marked) GPUs; space marks a GPU,
                T marks its whole tier  b       fit caps to the power budget
