@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,26 +37,31 @@ def _rows(conn: sqlite3.Connection, table: str) -> tuple[list[str], Any]:
     return [column[0] for column in cursor.description], cursor
 
 
-def export_csv(recording: str | Path, out_dir: str | Path) -> dict[str, int]:
-    """Write <table>.csv for each table; returns rows written per table."""
+def _export(recording: str | Path, out_dir: str | Path, write_table: Callable[[Path, list[str], Any], int]) -> dict[str, int]:
+    """Open the recording read-only and hand each table to write_table(base path, columns, rows)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     conn = connect(recording, readonly=True)
-    counts = {}
     try:
-        for table in QUERIES:
-            columns, cursor = _rows(conn, table)
-            count = 0
-            with open(out / f"{table}.csv", "w", newline="") as file:
-                writer = csv.writer(file)
-                writer.writerow(columns)
-                for row in cursor:
-                    writer.writerow(["" if value is None else value for value in row])
-                    count += 1
-            counts[table] = count
+        return {table: write_table(out / table, *_rows(conn, table)) for table in QUERIES}
     finally:
         conn.close()
-    return counts
+
+
+def export_csv(recording: str | Path, out_dir: str | Path) -> dict[str, int]:
+    """Write <table>.csv for each table; returns rows written per table."""
+
+    def write(base: Path, columns: list[str], cursor: Any) -> int:
+        count = 0
+        with open(base.with_suffix(".csv"), "w", newline="") as file:
+            writer = csv.writer(file)
+            writer.writerow(columns)
+            for row in cursor:
+                writer.writerow(["" if value is None else value for value in row])
+                count += 1
+        return count
+
+    return _export(recording, out_dir, write)
 
 
 def export_parquet(recording: str | Path, out_dir: str | Path) -> dict[str, int]:
@@ -63,20 +69,13 @@ def export_parquet(recording: str | Path, out_dir: str | Path) -> dict[str, int]
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    conn = connect(recording, readonly=True)
-    counts = {}
-    try:
-        for table in QUERIES:
-            columns, cursor = _rows(conn, table)
-            rows = cursor.fetchall()
-            data = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
-            types = {name: (pa.string() if name in ("uuid", "tier", "job", "gpu_uuid", "kind", "payload") else
-                            pa.int64() if name in ("gpu", "rank") else pa.float64()) for name in columns}
-            arrow = pa.table({name: pa.array(values, type=types[name]) for name, values in data.items()})
-            pq.write_table(arrow, out / f"{table}.parquet")
-            counts[table] = len(rows)
-    finally:
-        conn.close()
-    return counts
+    def write(base: Path, columns: list[str], cursor: Any) -> int:
+        rows = cursor.fetchall()
+        data = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
+        types = {name: (pa.string() if name in ("uuid", "tier", "job", "gpu_uuid", "kind", "payload") else
+                        pa.int64() if name in ("gpu", "rank") else pa.float64()) for name in columns}
+        arrow = pa.table({name: pa.array(values, type=types[name]) for name, values in data.items()})
+        pq.write_table(arrow, base.with_suffix(".parquet"))
+        return len(rows)
+
+    return _export(recording, out_dir, write)
