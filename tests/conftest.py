@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from gpumix.host import HostSample, HostSampler, ProcessSample
 from gpumix.hub import Hub
 from gpumix.hw.open import Hardware, simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0) -> Any:
+    """Poll `predicate` until it is truthy or the time is up; its last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.01)
 
 
 class ManualClock:

@@ -17,13 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpumix.hub.client import HubClient
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 HUB_HELPER = Path(__file__).resolve().parent / "hub_helper.py"
@@ -123,15 +124,6 @@ def start_hub(procs: list[subprocess.Popen[str]], path: str) -> subprocess.Popen
     return proc
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
-
-
 def rank0(path: str) -> dict[str, Any] | None:
     client = HubClient(path, timeout_s=2.0)
     try:
@@ -196,7 +188,7 @@ def test_hub_killed_and_restarted(procs: list[subprocess.Popen[str]], sock_path:
     steps = 450
     hub = start_hub(procs, sock_path)
     trainer = start_trainer(procs, sock_path, steps)
-    assert wait_until(lambda: (r := rank0(sock_path)) and r["step"] is not None and r["step"] >= 20)
+    assert wait_until(lambda: (r := rank0(sock_path)) and r["step"] is not None and r["step"] >= 20, timeout_s=10.0)
     hub.kill()  # no cleanup: a stale socket file stays behind
     hub.wait(5)
     killed_at = time.time()
@@ -229,7 +221,7 @@ def test_hub_frozen_then_resumed(procs: list[subprocess.Popen[str]], sock_path: 
     steps = 450
     hub = start_hub(procs, sock_path)
     trainer = start_trainer(procs, sock_path, steps)
-    assert wait_until(lambda: (r := rank0(sock_path)) and r["step"] is not None and r["step"] >= 20)
+    assert wait_until(lambda: (r := rank0(sock_path)) and r["step"] is not None and r["step"] >= 20, timeout_s=10.0)
     stopped_at = time.time()
     hub.send_signal(signal.SIGSTOP)
     try:

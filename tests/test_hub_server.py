@@ -11,7 +11,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,16 +26,7 @@ from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubAlreadyRunning, HubServer
 from gpumix.hw.open import simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
-from tests.conftest import FixedHostSampler
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.01)
+from tests.conftest import FixedHostSampler, wait_until
 
 
 @pytest.fixture

@@ -22,18 +22,9 @@ from gpumix.cli_remote import tcp_settings
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubServer
-from tests.conftest import FixedHostSampler
+from tests.conftest import FixedHostSampler, wait_until
 
 TOKEN = "ab" * 32
-
-
-def wait_until(predicate: Any, timeout_s: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.01)
 
 
 @pytest.fixture

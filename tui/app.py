@@ -188,16 +188,10 @@ class GpumixApp(App[None]):
         self.push_screen(HelpScreen())
 
     def action_topology(self) -> None:
-        screen = TopologyScreen()
-        self.push_screen(screen)
-        if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot)
+        self._push_view(TopologyScreen())
 
     def action_processes(self) -> None:
-        screen = ProcessesScreen()
-        self.push_screen(screen)
-        if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot)
+        self._push_view(ProcessesScreen())
 
     def action_charts(self) -> None:
         uuid = self.selected_uuid
@@ -214,10 +208,7 @@ class GpumixApp(App[None]):
             self.render_snapshot(self.snapshot)
 
     def action_ranks(self) -> None:
-        screen = RanksScreen()
-        self.push_screen(screen)
-        if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot)
+        self._push_view(RanksScreen())
 
     def action_findings(self) -> None:
         self._push_view(FindingsScreen())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
@@ -120,13 +119,7 @@ def print_once(node: Node, as_json: bool, wait_for_ranks: int = 0) -> int:
         node.wait_for_ranks(wait_for_ranks, timeout_s=10.0)
     else:
         time.sleep(min(hub.interval_s, 0.5))  # PCIe rates are differences of two counter readings
-    snapshot = hub.tick()
-    if as_json:
-        json.dump(snapshot, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        print(text_summary(snapshot))
-    return 0
+    return print_snapshot(hub.tick(), as_json, text_summary)
 
 
 if __name__ == "__main__":
