@@ -105,6 +105,7 @@ def main() -> None:
             after, expected = deepspeed_step(rank, weighted), reference(torch.float32, 1.0)
         diff = max(float((a - e).abs().max()) for a, e in zip(after, expected, strict=True))
         result["max_abs_diff_weighted" if weighted else "max_abs_diff_unweighted"] = diff
+        dist.barrier()  # both ranks done with this model before the next one's set-up broadcast
     dist.barrier()  # every rank done with its collectives before anyone tears the group down
     if rank == 0:
         text = json.dumps(result)
