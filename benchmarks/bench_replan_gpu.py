@@ -111,6 +111,8 @@ def main() -> None:
         wait(lambda: supervisor.restarts >= 1, 300, "the restart")
         wait(lambda: ranks_at(supervisor.resume_step + 20), 240, "steps after the restart")
         result["after_samples_per_s"] = samples_per_s(hub, args.window)
+        result["ranks_after"] = [{k: r[k] for k in ("rank", "samples", "step_time_s", "compute_s", "samples_per_s", "comm_share")}
+                                 for r in hub.snapshot()["ranks"] if r["job"] == "bench" and r["connected"]]
         fast, before, after = result["fast_samples_per_s"], result["before_samples_per_s"], result["after_samples_per_s"]
         reachable = data["ideal"]["samples_per_s"] * before / data["current"]["samples_per_s"]
         result["reachable_samples_per_s"] = reachable

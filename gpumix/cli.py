@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpumix import __version__
-from gpumix.cli_common import OneLineParser, fail, positive_float
+from gpumix.cli_common import OneLineParser, fail, positive_float, positive_int
 from gpumix.cli_plan import add_plan_parser
 from gpumix.cli_power import add_power_parser, run_doctor, run_power
 from gpumix.cli_recording import (
@@ -62,10 +62,12 @@ def build_parser() -> OneLineParser:
                              " also GPUMIX_4090_P2P_MIN_DRIVER)")
     add_plan_parser(commands)
     run = commands.add_parser("run", help="supervise a training job; restart it under a new plan on request",
-                              usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] -- COMMAND ...")
+                              usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] [--granularity N] -- COMMAND ...")
     run.add_argument("--job", help="the job's name (default: the script's name)")
     run.add_argument("--plan", metavar="FILE", help="start with this plan (JSON from `gpumix plan --json`)")
     run.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
+    run.add_argument("--granularity", type=positive_int, default=1, metavar="N",
+                     help="re-plans give each rank a multiple of N samples (e.g. 64: GPUs compute whole tiles)")
     run.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     hub = commands.add_parser("hub", help="run this node's hub headless (history survives a closed TUI)")
     source = hub.add_mutually_exclusive_group()
@@ -181,7 +183,7 @@ def run_supervised(args: argparse.Namespace) -> int:
         fail(PROG, f"{args.plan}: not a usable plan: {error}")
     job = args.job or Path(next((part for part in reversed(command) if part.endswith(".py")), command[0])).stem
     supervisor = Supervisor(command, job, hub=args.hub or default_hub_address(), plan=plan,
-                            say=lambda line: print(line, file=sys.stderr, flush=True))
+                            say=lambda line: print(line, file=sys.stderr, flush=True), granularity=args.granularity)
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop())
     try:

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gpumix.cli_common import fail, positive_float
+from gpumix.cli_common import fail, positive_float, positive_int
 from gpumix.deepspeed_plan import deepspeed_split, write_configs
 from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
 from gpumix.planner import plan_to_json
@@ -25,6 +25,8 @@ def add_plan_parser(commands: Any) -> None:
     plan.add_argument("--job", help="which job (needed when several report)")
     plan.add_argument("--global-batch", type=int, metavar="B", help="samples per optimizer step (default: as now)")
     plan.add_argument("--gradient-mb", type=positive_float, metavar="MB", help="gradient size, if the ranks do not say")
+    plan.add_argument("--granularity", type=positive_int, metavar="N",
+                      help="each rank a multiple of N samples (default: as `gpumix run` says, else 1)")
     plan.add_argument("--apply", action="store_true", help="restart the job into the plan (needs `gpumix run`)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--deepspeed-config", metavar="BASE.json",
@@ -64,7 +66,7 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
         fail(PROG, "no hub answers: start one (`gpumix hub`, or gpumix-top) or use --demo")
     try:
         job, plan = plan_from_snapshot(snapshot, args.job, args.global_batch,
-                                       args.gradient_mb * 1e6 if args.gradient_mb else None)
+                                       args.gradient_mb * 1e6 if args.gradient_mb else None, args.granularity)
     except (PlanInputError, ValueError) as error:
         fail(PROG, str(error), code=1)
     data = {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}

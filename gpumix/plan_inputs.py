@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from gpumix.planner import Plan, PlanRequest, RankMeasure, plan
+from gpumix.planner import Plan, PlanRequest, RankMeasure, estimate_mem_per_sample, plan
 from gpumix.sim.job_model import LINK_EFFICIENCY
 
 
@@ -28,6 +28,18 @@ def pick_job(snapshot: dict[str, Any], job: str | None) -> str:
     return names[0]
 
 
+def _compute_points(rank: dict[str, Any]) -> tuple[tuple[int, float], ...]:
+    return tuple((round(p["samples"]), p["compute_s"]) for p in rank.get("points") or []
+                 if p.get("samples") and p.get("compute_s"))
+
+
+def _mem_per_sample(rank: dict[str, Any]) -> float | None:
+    """From the peaks measured at two or more micro-batch sizes (earlier splits and now)."""
+    seen = [*(rank.get("points") or []), rank]
+    return estimate_mem_per_sample([(round(p["micro_batch"]), p["mem_peak_bytes"]) for p in seen
+                                    if p.get("micro_batch") and p.get("mem_peak_bytes")])
+
+
 def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
     gpus = {gpu["uuid"]: gpu for gpu in snapshot["gpus"]}
     result = []
@@ -44,7 +56,8 @@ def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
             link_bytes_per_s=link or float("inf"), gpu_uuid=rank.get("gpu_uuid"),
             micro_batch=round(rank["micro_batch"]) if rank.get("micro_batch") else None,
             compute_share=compute_share, mem_total_bytes=gpu.get("mem_total_bytes"),
-            mem_peak_bytes=rank.get("mem_peak_bytes"), tier=gpu.get("tier"),
+            mem_peak_bytes=rank.get("mem_peak_bytes"), mem_per_sample_bytes=_mem_per_sample(rank),
+            tier=gpu.get("tier"), compute_points=_compute_points(rank),
         ))
     ranks = sorted(m.rank for m in result)
     if ranks != list(range(len(ranks))):
@@ -52,9 +65,21 @@ def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
     return result
 
 
+def measured_comm_s(snapshot: dict[str, Any], job: str) -> float | None:
+    """The step's time beyond the slowest rank's compute: the communication (and data wait) the
+    step waits for, at the split running now. None unless every rank reports its communication."""
+    ranks = [r for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")]
+    if len(ranks) < 2 or any(r.get("comm_share") is None or not r.get("compute_s") for r in ranks):
+        return None
+    step_s = statistics.median(r["step_time_s"] for r in ranks)
+    return max(0.0, step_s - max(r["compute_s"] for r in ranks))
+
+
 def plan_from_snapshot(snapshot: dict[str, Any], job: str | None = None, global_batch: int | None = None,
-                       gradient_bytes: float | None = None) -> tuple[str, Plan]:
-    """(job, plan) for the running job; the global batch stays what it is unless given."""
+                       gradient_bytes: float | None = None, granularity: int | None = None
+                       ) -> tuple[str, Plan]:
+    """(job, plan) for the running job; the global batch stays what it is unless given. The
+    granularity: as given, else what `gpumix run --granularity` said for the job, else 1."""
     job = pick_job(snapshot, job)
     found = measures(snapshot, job)
     batch = global_batch or sum(m.current_samples for m in found)
@@ -62,4 +87,7 @@ def plan_from_snapshot(snapshot: dict[str, Any], job: str | None = None, global_
     grad = gradient_bytes or (statistics.median(reported) if reported else None)
     if grad is None:
         raise PlanInputError("the ranks do not report their gradient size: pass --gradient-mb")
-    return job, plan(found, PlanRequest(global_batch=batch, gradient_bytes=grad))
+    granularity = granularity or ((snapshot.get("jobs") or {}).get(job) or {}).get("granularity") or 1
+    request = PlanRequest(global_batch=batch, gradient_bytes=grad, granularity=int(granularity),
+                          measured_comm_s=measured_comm_s(snapshot, job))
+    return job, plan(found, request)

@@ -7,11 +7,15 @@ compute at about the same time, and predicts the step time of the current
 split, the proposal and the continuous bound (design.md section 6,
 docs/planner.md).
 
-Step model (as gpumix.sim.job_model): step time = max_r(n_r / s_r) + an
-all-reduce staged through host memory, 2(R-1)/R x gradient bytes over the
-slowest effective link. s_r is compute-only throughput: a synchronous job's
-whole-step rate says only how the batch is split, since every rank waits for
-the slowest one.
+Step model: step time = max_r t_r(n_r) + the communication the step waits
+for. t_r is the rank's compute time for n_r samples (gpumix.compute_curve):
+proportional to its compute-only throughput s_r when one split was measured,
+interpolated between measured splits when there are more. (A synchronous
+job's whole-step rate says only how the batch is split, since every rank
+waits for the slowest one.) Communication: measured at the current split when
+the ranks report it (the step minus the slowest rank's compute), else a model
+of an all-reduce staged through host memory, 2(R-1)/R x gradient bytes over
+the slowest effective link (gpumix.sim.job_model).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
+from gpumix.compute_curve import ComputeCurve
 from gpumix.sim.job_model import allreduce_seconds
 
 _EPS = 1e-12
@@ -42,6 +47,8 @@ class RankMeasure:
     mem_peak_bytes: int | None = None  # at micro_batch
     mem_per_sample_bytes: float | None = None  # see estimate_mem_per_sample
     tier: str | None = None
+    # compute seconds at other splits measured before (samples, seconds): the curve's other points
+    compute_points: tuple[tuple[int, float], ...] = ()
 
     @property
     def compute_samples_per_s(self) -> float:
@@ -49,6 +56,15 @@ class RankMeasure:
         if self.compute_share:
             return self.samples_per_s / self.compute_share
         return self.samples_per_s
+
+    def compute_curve(self) -> ComputeCurve:
+        """t_r(n): the points measured before, and the split running now (measured last, so it wins)."""
+        speed = self.compute_samples_per_s
+        now = [(self.current_samples, self.current_samples / speed)] if self.current_samples > 0 else []
+        points = [*self.compute_points, *now]
+        if len({n for n, _ in points}) < 2:
+            return ComputeCurve.proportional(speed)
+        return ComputeCurve.from_points(points)
 
 
 @dataclass(frozen=True)
@@ -59,6 +75,9 @@ class PlanRequest:
     exclude: frozenset[int] = field(default_factory=frozenset)
     max_micro_batch: int | None = None
     max_accumulation_steps: int | None = None  # 1: no accumulation, memory caps n_r itself
+    granularity: int = 1  # n_r a multiple of this (one rank takes B's remainder): GPUs compute whole tiles
+    # the step's time beyond the slowest rank's compute, measured at the current split; None: the link model
+    measured_comm_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -175,44 +194,74 @@ def _good(samples: int, cap: int | None, max_k: int | None) -> bool:
 # -- prediction -------------------------------------------------------------------------------
 
 
-def predict(
-    samples: Sequence[int], measures: Sequence[RankMeasure], gradient_bytes: float
-) -> Prediction:
+@dataclass(frozen=True)
+class CommModel:
+    """Seconds a step waits for communication beyond the slowest rank's compute.
+
+    Measured at the current split where the ranks report it; another set of ranks scales it
+    by the link model (leaving a slow-link tier out shortens the all-reduce). Without a
+    measurement, the link model alone."""
+
+    gradient_bytes: float
+    measured_s: float | None = None
+    measured_links: tuple[float, ...] = ()  # the links of the ranks running when it was measured
+
+    def seconds(self, links: Sequence[float]) -> float:
+        modelled = allreduce_seconds(links, self.gradient_bytes)
+        if self.measured_s is None or len(links) < 2:
+            return modelled
+        reference = allreduce_seconds(self.measured_links, self.gradient_bytes)
+        return self.measured_s * modelled / reference if reference > 0 else self.measured_s
+
+
+def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommModel:
+    running = tuple(m.link_bytes_per_s for m in measures if m.current_samples > 0)
+    return CommModel(request.gradient_bytes, request.measured_comm_s, running)
+
+
+def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
     taking_part = [(n, m) for n, m in zip(samples, measures, strict=True) if n > 0]
-    compute = max((n / m.compute_samples_per_s for n, m in taking_part), default=0.0)
-    allreduce = allreduce_seconds([m.link_bytes_per_s for _, m in taking_part], gradient_bytes)
-    return Prediction(compute_s=compute, allreduce_s=allreduce, samples=sum(samples))
+    compute = max((m.compute_curve().time_s(n) for n, m in taking_part), default=0.0)
+    waits = comm.seconds([m.link_bytes_per_s for _, m in taking_part])
+    return Prediction(compute_s=compute, allreduce_s=waits, samples=sum(samples))
 
 
-def ideal(
-    global_batch: int, measures: Sequence[RankMeasure], gradient_bytes: float
-) -> Prediction:
-    """The bound: a continuous throughput-proportional split, no memory or integer limits."""
-    total = sum(m.compute_samples_per_s for m in measures)
-    allreduce = allreduce_seconds([m.link_bytes_per_s for m in measures], gradient_bytes)
-    return Prediction(compute_s=global_batch / total, allreduce_s=allreduce, samples=global_batch)
+def _balanced_shares(total: int, curves: Sequence[ComputeCurve], lower: Sequence[float],
+                     upper: Sequence[float]) -> tuple[list[float], float]:
+    """Continuous shares that finish together: the time T at which the ranks, each held within
+    [lower, upper], compute `total` samples between them (bisection on T). (shares, T)"""
+    def shares_at(time_s: float) -> list[float]:
+        return [min(high, max(low, c.samples_within(time_s)))
+                for c, low, high in zip(curves, lower, upper, strict=True)]
+    low, high = 0.0, max(c.time_s(total) for c in curves)
+    for _ in range(200):
+        if sum(shares_at(high)) >= total:
+            break
+        high *= 2
+    for _ in range(100):
+        middle = (low + high) / 2
+        if sum(shares_at(middle)) < total:
+            low = middle
+        else:
+            high = middle
+    shares = shares_at(high)
+    excess = sum(shares) - total  # T is exact to rounding: give the excess back where there is room
+    for i in sorted(range(len(shares)), key=lambda i: shares[i] - lower[i], reverse=True):
+        give = min(excess, shares[i] - lower[i])
+        shares[i] -= give
+        excess -= give
+    return shares, high
+
+
+def ideal(global_batch: int, measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
+    """The bound: a continuous split where every rank finishes together, no memory or integer limits."""
+    curves = [m.compute_curve() for m in measures]
+    _, time_s = _balanced_shares(global_batch, curves, [0.0] * len(curves), [float(global_batch)] * len(curves))
+    waits = comm.seconds([m.link_bytes_per_s for m in measures])
+    return Prediction(compute_s=time_s, allreduce_s=waits, samples=global_batch)
 
 
 # -- the split --------------------------------------------------------------------------------
-
-
-def _water_fill(total: int, speeds: Sequence[float], upper: Sequence[int]) -> list[float]:
-    """Continuous shares proportional to speed, each held within [1, upper]."""
-    fixed: dict[int, float] = {}
-    while True:
-        free = [i for i in range(len(speeds)) if i not in fixed]
-        left = total - sum(fixed.values())
-        speed = sum(speeds[i] for i in free)
-        shares = {i: left * speeds[i] / speed for i in free} if speed > 0 else {}
-        over = [i for i in free if shares[i] > upper[i]]
-        if over:  # bounds from above first: they only raise the others' shares
-            fixed.update((i, float(upper[i])) for i in over)
-            continue
-        under = [i for i in free if shares[i] < 1]
-        if under:
-            fixed.update((i, 1.0) for i in under)
-            continue
-        return [fixed.get(i, shares.get(i, 0.0)) for i in range(len(speeds))]
 
 
 def _round(total: int, shares: Sequence[float], upper: Sequence[int]) -> list[int]:
@@ -227,32 +276,33 @@ def _round(total: int, shares: Sequence[float], upper: Sequence[int]) -> list[in
     return counts
 
 
-def _improve(counts: list[int], speeds: Sequence[float], upper: Sequence[int]) -> None:
+def _improve(counts: list[int], curves: Sequence[ComputeCurve], upper: Sequence[int]) -> None:
     """Move single samples from the slowest rank to the one that stays fastest after
     taking it, while that lowers the slowest time."""
     for _ in range(sum(counts) * len(counts) + 1):
-        times = [n / s for n, s in zip(counts, speeds, strict=True)]
+        times = [c.time_s(n) for n, c in zip(counts, curves, strict=True)]
         slow = max(range(len(counts)), key=times.__getitem__)
         takers = [j for j in range(len(counts)) if j != slow and counts[j] < upper[j]]
         if counts[slow] <= 1 or not takers:
             return
-        taker = min(takers, key=lambda j: (counts[j] + 1) / speeds[j])
-        if (counts[taker] + 1) / speeds[taker] >= times[slow] - _EPS:
+        taker = min(takers, key=lambda j: curves[j].time_s(counts[j] + 1))
+        if curves[taker].time_s(counts[taker] + 1) >= times[slow] - _EPS:
             return
         counts[slow] -= 1
         counts[taker] += 1
 
 
-def _min_max_exact(total: int, choices: Sequence[Sequence[int]], speeds: Sequence[float]
+def _min_max_exact(total: int, choices: Sequence[Sequence[int]], curves: Sequence[ComputeCurve]
                    ) -> list[int] | None:
     """One value from each rank's choices, summing to total, with the least max time.
     Dynamic programming over partial sums; the choices are short windows, so it is small."""
-    lows = [min(c) for c in choices]
-    highs = [max(c) for c in choices]
+    lows = [min(c) if c else 0 for c in choices]
+    highs = [max(c) if c else 0 for c in choices]
     layer: dict[int, float] = {0: 0.0}
     back: list[dict[int, tuple[int, int]]] = []
     for j, values in enumerate(choices):
         low_after, high_after = sum(lows[j + 1:]), sum(highs[j + 1:])
+        times = {v: curves[j].time_s(v) for v in values}
         nxt: dict[int, float] = {}
         ptr: dict[int, tuple[int, int]] = {}
         for partial, time_s in layer.items():
@@ -260,7 +310,7 @@ def _min_max_exact(total: int, choices: Sequence[Sequence[int]], speeds: Sequenc
                 reach = partial + v
                 if not total - high_after <= reach <= total - low_after:
                     continue
-                t = max(time_s, v / speeds[j])
+                t = max(time_s, times[v])
                 if reach not in nxt or t < nxt[reach]:
                     nxt[reach], ptr[reach] = t, (partial, v)
         if not nxt:
@@ -277,7 +327,7 @@ def _min_max_exact(total: int, choices: Sequence[Sequence[int]], speeds: Sequenc
 
 
 def _fit_micro_batches(
-    counts: list[int], speeds: Sequence[float], caps: Sequence[int | None],
+    counts: list[int], curves: Sequence[ComputeCurve], caps: Sequence[int | None],
     upper: Sequence[int], max_k: int | None,
 ) -> None:
     """Make every count split into good micro-batches (_good) at the least max time:
@@ -291,7 +341,7 @@ def _fit_micro_batches(
             reach = width * (1 if cap is None else math.ceil(n / cap))  # gaps grow with k
             choices.append([v for v in range(max(1, n - reach), min(high, n + reach) + 1)
                             if _good(v, cap, max_k)])
-        best = _min_max_exact(total, choices, speeds)
+        best = _min_max_exact(total, choices, curves)
         if best is not None:
             counts[:] = best
             return
@@ -305,15 +355,42 @@ def _fit_micro_batches(
             if n + shed <= upper[j] and factorize(n + shed, caps[j], max_k) is not None]
     if not fits:
         raise ValueError("no split of the global batch fits the memory and accumulation limits")
-    j = min(fits, key=lambda j: (counts[j] + shed) / speeds[j])
+    j = min(fits, key=lambda j: curves[j].time_s(counts[j] + shed))
     counts[j] += shed
+
+
+def _snap_to_granularity(
+    counts: list[int], curves: Sequence[ComputeCurve], caps: Sequence[int | None],
+    upper: Sequence[int], max_k: int | None, granularity: int,
+) -> bool:
+    """Counts in whole multiples of `granularity`, the least max time among nearby such splits;
+    then B's remainder goes to the rank it slows least. False (counts unchanged) when none fits."""
+    total = sum(counts)
+    rest = total % granularity
+    choices = []
+    for n, high in zip(counts, upper, strict=True):
+        units = range(max(1, n // granularity - 3), n // granularity + 4)
+        choices.append([u * granularity for u in units if u * granularity <= high])
+    best = _min_max_exact(total - rest, choices, curves)
+    if best is None:
+        return False
+    if rest:
+        takers = [j for j, n in enumerate(best) if n + rest <= upper[j]]
+        if not takers:
+            return False
+        j = min(takers, key=lambda j: curves[j].time_s(best[j] + rest))
+        best[j] += rest
+    if not all(_good(n, cap, max_k) for n, cap in zip(best, caps, strict=True)):
+        return False  # whole tiles would need tiny micro-batches somewhere: keep the counts
+    counts[:] = best
+    return True
 
 
 def _split(
     global_batch: int, measures: Sequence[RankMeasure], request: PlanRequest
 ) -> tuple[list[int], list[int | None], list[float]]:
     """(counts, caps, continuous shares) for ranks that take part."""
-    speeds = [m.compute_samples_per_s for m in measures]
+    curves = [m.compute_curve() for m in measures]
     caps = [micro_batch_cap(m, request) for m in measures]
     max_k = request.max_accumulation_steps
     upper = [global_batch if c is None or max_k is None else min(global_batch, c * max_k)
@@ -323,10 +400,12 @@ def _split(
     if sum(upper) < global_batch:
         raise ValueError(f"global batch {global_batch} does not fit: at most {sum(upper)} "
                          "samples within memory and accumulation limits")
-    shares = _water_fill(global_batch, speeds, upper)
+    shares, _ = _balanced_shares(global_batch, curves, [1.0] * len(curves), [float(u) for u in upper])
     counts = _round(global_batch, shares, upper)
-    _improve(counts, speeds, upper)
-    _fit_micro_batches(counts, speeds, caps, upper, max_k)
+    _improve(counts, curves, upper)
+    _fit_micro_batches(counts, curves, caps, upper, max_k)
+    if request.granularity > 1:
+        _snap_to_granularity(counts, curves, caps, upper, max_k, request.granularity)
     return counts, caps, shares
 
 
@@ -377,15 +456,18 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
         raise ValueError("every rank is excluded")
     if any(m.compute_samples_per_s <= 0 for m in part):
         raise ValueError("every rank that takes part needs a throughput > 0")
-    B, grad = request.global_batch, request.gradient_bytes
+    if request.granularity < 1:
+        raise ValueError("the granularity must be at least 1")
+    B = request.global_batch
+    comm = comm_model(measures, request)
     counts, caps, shares = _split(B, part, request)
-    unbounded = _water_fill(B, [m.compute_samples_per_s for m in part], [B] * len(part))
+    unbounded, _ = _balanced_shares(B, [m.compute_curve() for m in part], [1.0] * len(part), [float(B)] * len(part))
     by_rank = {m.rank: i for i, m in enumerate(part)}
     proposed_counts = [counts[by_rank[m.rank]] if m.rank in by_rank else 0 for m in measures]
 
     current_counts = [m.current_samples for m in measures]
-    current = predict(current_counts, measures, grad)
-    proposed = predict(proposed_counts, measures, grad)
+    current = predict(current_counts, measures, comm)
+    proposed = predict(proposed_counts, measures, comm)
     all_caps = [micro_batch_cap(m, request) for m in measures]
     kept = _current_is_candidate(measures, request, all_caps) and (
         proposed.step_time_s >= current.step_time_s - 1e-12
@@ -419,7 +501,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
                 rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
                 accumulation_steps=k, loss_weight=n * R / B,
                 limited_by=_reasons(n, k, shares[i], upper_of[m.rank],
-                                    n / m.compute_samples_per_s, proposed.compute_s, unbounded[i]),
+                                    m.compute_curve().time_s(n), proposed.compute_s, unbounded[i]),
             ))
         if proposed.step_time_s >= current.step_time_s - 1e-12:
             note = "this request (batch, ranks or limits) is no faster than the current split"
@@ -434,16 +516,17 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
         if tier_counts is not None:
             fast = TierAlternative(
                 tier=tier[0].tier, ranks=tuple(m.rank for m in tier),
-                prediction=predict(tier_counts, tier, grad),
+                prediction=predict(tier_counts, tier, comm),
             )
     return Plan(
         global_batch=B, ranks=tuple(ranks), current=current, proposed=proposed,
-        ideal=ideal(B, part, grad), kept_current=kept, note=note, fast_tier_only=fast,
-        best_without_tier=best_without_tier(part, request),
+        ideal=ideal(B, part, comm), kept_current=kept, note=note, fast_tier_only=fast,
+        best_without_tier=best_without_tier(part, request, comm),
     )
 
 
-def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest) -> TierAlternative | None:
+def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest, comm: CommModel
+                      ) -> TierAlternative | None:
     """Leave one tier out (its cards for eval): a slow tier on slow links can pace every
     all-reduce, so the job may be faster without it. The best such option, if any tier exists
     whose absence beats nothing; `tier` names the tier left out, `ranks` the ranks kept."""
@@ -455,7 +538,7 @@ def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest) -> Tier
             counts, _, _ = _split(request.global_batch, kept, request)
         except ValueError:  # B does not fit on the rest
             continue
-        prediction = predict(counts, kept, request.gradient_bytes)
+        prediction = predict(counts, kept, comm)
         if best is None or prediction.samples_per_s > best.prediction.samples_per_s:
             best = TierAlternative(tier=tier, ranks=tuple(m.rank for m in kept), prediction=prediction)
     return best

@@ -42,8 +42,9 @@ EXIT_TIMEOUT_S = 60.0
 
 class Supervisor:
     def __init__(self, command: list[str], job: str, hub: str | None, plan: RunPlan | None = None,
-                 control_dir: Path | None = None, say: Callable[[str], None] = print) -> None:
+                 control_dir: Path | None = None, say: Callable[[str], None] = print, granularity: int = 1) -> None:
         self.command = command
+        self.granularity = granularity  # re-plans give ranks multiples of this many samples
         self.job = job
         self.client = HubClient(hub) if hub else None
         self.plan = plan
@@ -109,7 +110,7 @@ class Supervisor:
             return None
         status = {"state": self.state, "message": self.message[:300], "restarts": self.restarts,
                   "plan_id": self.plan.plan_id if self.plan else None, "resume_step": self.resume_step,
-                  "pid": os.getpid()}
+                  "pid": os.getpid(), "granularity": self.granularity}
         reply = self.client.control({"type": "supervisor", "job": self.job, "status": status})
         return reply.get("plan") if reply.get("type") == "supervisor_work" else None
 

@@ -9,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumix.planner import (
+    CommModel,
     PlanRequest,
     RankMeasure,
+    comm_model,
     estimate_mem_per_sample,
     micro_batch_cap,
     plan,
@@ -155,8 +157,10 @@ def rigs(draw: st.DrawFn) -> tuple[list[RankMeasure], PlanRequest, dict[int, int
     for i in range(ranks):
         micro = current[i]
         peak = draw(st.one_of(st.none(), st.integers(1, 64).map(lambda g: g * 2**28)))
+        earlier = draw(st.lists(st.tuples(st.integers(1, 400), st.floats(1e-3, 10.0)), max_size=2))
         measures.append(RankMeasure(
             rank=i, samples_per_s=draw(st.floats(1.0, 2000.0)), current_samples=current[i],
+            compute_points=tuple(earlier),
             link_bytes_per_s=draw(st.floats(1e8, 1e11)), micro_batch=micro,
             compute_share=draw(st.one_of(st.none(), st.floats(0.2, 1.0))),
             mem_total_bytes=None if peak is None else peak * draw(st.integers(1, 6)),
@@ -168,6 +172,8 @@ def rigs(draw: st.DrawFn) -> tuple[list[RankMeasure], PlanRequest, dict[int, int
         global_batch=global_batch, gradient_bytes=draw(st.floats(1e5, 1e9)),
         memory_safety_margin=draw(st.floats(0.0, 0.3)),
         max_micro_batch=draw(st.one_of(st.none(), st.integers(1, 64))),
+        granularity=draw(st.sampled_from([1, 1, 2, 8])),
+        measured_comm_s=draw(st.one_of(st.none(), st.floats(0.0, 1.0))),
     )
     caps = {m.rank: micro_batch_cap(m, request) for m in measures}
     return measures, request, caps
@@ -189,7 +195,7 @@ def test_plan_invariants(case) -> None:
     if current_fits:
         assert result.proposed.step_time_s <= result.current.step_time_s * (1 + 1e-9)
     # The reported figures are the step model's own for the split reported.
-    again = predict([r.samples for r in result.ranks], measures, request.gradient_bytes)
+    again = predict([r.samples for r in result.ranks], measures, comm_model(measures, request))
     assert math.isclose(again.step_time_s, result.proposed.step_time_s)
 
 
@@ -241,3 +247,63 @@ def test_no_tier_left_out_on_one_tier() -> None:
     measures = [RankMeasure(rank=i, samples_per_s=100.0, current_samples=16, link_bytes_per_s=HUGE_LINK, tier="a")
                 for i in range(3)]
     assert plan(measures, PlanRequest(global_batch=48, gradient_bytes=1e6)).best_without_tier is None
+
+
+# -- measured points, granularity, measured communication ----------------------------------------
+
+
+def h200_pair(points: bool) -> list[RankMeasure]:
+    """Compute alone, measured on 2xH200 (benchmarks/split_sweep.py, MLP 8192x4, fp32): GPU 0 free,
+    GPU 1 time-sliced with a bf16 matmul loop. Both run 512 now; with `points`, each was also
+    measured at the split of an earlier re-plan."""
+    earlier = {0: ((640, 0.01942),), 1: ((384, 0.03085),)} if points else {0: (), 1: ()}
+    return [RankMeasure(rank=r, samples_per_s=512 / t, current_samples=512, link_bytes_per_s=HUGE_LINK,
+                        compute_points=earlier[r]) for r, t in ((0, 0.01375), (1, 0.03532))]
+
+
+def test_points_from_an_earlier_split_and_whole_tiles_find_the_measured_best() -> None:
+    # Measured throughput of each split (same sweep): 768/256 was the best (33 286 samples/s);
+    # 742/282 ran at 29 349. Proportional from one point says 737/287, on the same stair; with
+    # the earlier points and multiples of 64 the planner picks 768/256.
+    one_point = plan(h200_pair(points=False), PlanRequest(global_batch=1024, gradient_bytes=8e8))
+    assert [r.samples for r in one_point.ranks] == [737, 287]
+    request = PlanRequest(global_batch=1024, gradient_bytes=8e8, granularity=64)
+    result = plan(h200_pair(points=True), request)
+    assert [r.samples for r in result.ranks] == [768, 256]
+    assert result.ideal.compute_s <= result.proposed.compute_s
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 8), st.integers(1, 64), st.sampled_from([2, 8, 64]), st.data())
+def test_granularity_gives_whole_multiples(ranks, units_per_rank, granularity, data) -> None:
+    global_batch = ranks * units_per_rank * granularity + data.draw(st.integers(0, granularity - 1))
+    measures = [RankMeasure(rank=i, samples_per_s=data.draw(st.floats(10.0, 1000.0)),
+                            current_samples=0, link_bytes_per_s=HUGE_LINK) for i in range(ranks)]
+    result = plan(measures, PlanRequest(global_batch=global_batch, gradient_bytes=1e6, granularity=granularity))
+    counts = [r.samples for r in result.ranks]
+    assert sum(counts) == global_batch
+    rest = global_batch % granularity
+    assert sum(n % granularity != 0 for n in counts) <= (1 if rest else 0)
+    assert all(n % granularity in (0, rest) for n in counts)
+
+
+def test_measured_communication_replaces_the_link_model() -> None:
+    # The current split measured 0.40 s a step, its slowest rank computing 0.3556 s: 0.044 s waits.
+    measures = mixed_rig()
+    slowest = 64 / (400 * 0.45)
+    request = PlanRequest(global_batch=640, gradient_bytes=1e8, measured_comm_s=0.40 - slowest)
+    result = plan(measures, request)
+    assert math.isclose(result.current.step_time_s, 0.40)
+    assert math.isclose(result.proposed.allreduce_s, 0.40 - slowest)
+    # Leaving ranks out scales it by the link model: the slow-link tier's absence shortens it.
+    slow_links = [RankMeasure(**{**m.__dict__, "link_bytes_per_s": 0.8e9 if i < 3 else 20e9})
+                  for i, m in enumerate(measures)]
+    result = plan(slow_links, request)
+    assert result.best_without_tier is not None
+    assert result.best_without_tier.prediction.allreduce_s < 0.1 * (0.40 - slowest)
+
+
+def test_comm_model_without_a_measurement_is_the_link_model() -> None:
+    model = CommModel(gradient_bytes=1e8)
+    assert math.isclose(model.seconds([1e9, 2e9]), 2 * 1 / 2 * 1e8 / 1e9)
+    assert CommModel(1e8, measured_s=0.05, measured_links=(1e9, 1e9)).seconds([1e9]) == 0.0  # one rank

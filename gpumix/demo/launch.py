@@ -30,7 +30,7 @@ ORPHAN_AFTER_POLLS = 5  # seconds without a hub before the demo ends itself
 
 
 def pace(rig: Rig, samples: list[int], caps_w: dict[str, float]) -> list[float]:
-    """Compute seconds per rank, then the all-reduce seconds last (the shared array's layout)."""
+    """Compute seconds per rank, then the all-reduce seconds the step waits for (the shared array's layout)."""
     loads = [
         job_model.RankLoad(
             relative_speed=gpu.model.relative_speed,
@@ -41,7 +41,7 @@ def pace(rig: Rig, samples: list[int], caps_w: dict[str, float]) -> list[float]:
         for index, gpu in enumerate(rig.gpus)
     ]
     timing = job_model.step_timing(loads)
-    return [*timing.compute_s, timing.allreduce_s]
+    return [*timing.compute_s, timing.comm_wait_s]
 
 
 def main() -> None:

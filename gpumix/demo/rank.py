@@ -29,7 +29,7 @@ def demo_loss(step: int, noise: random.Random) -> float:
 
 
 def run_rank(rank: int, world: int, gpu_uuid: str, hub: str, share: RankShare, pace: Any, barrier: Any, stop: Any) -> None:
-    """`pace[rank]` = compute seconds of this rank's step, `pace[world]` = all-reduce seconds."""
+    """`pace[rank]` = compute seconds of this rank's step, `pace[world]` = the all-reduce seconds the step waits for."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), GPUMIX_GPU_UUID=gpu_uuid)
     import gpumix.agent
 

@@ -13,7 +13,14 @@ from typing import Any
 from gpumix.advisor import AdvisorSettings, findings
 from gpumix.history import GpuHistory
 from gpumix.host import HostSampler
-from gpumix.hub.ranks import RankStream, mark_stragglers, rank_summary, run_summary
+from gpumix.hub.ranks import (
+    RankStream,
+    carry_points,
+    mark_stragglers,
+    points_view,
+    rank_summary,
+    run_summary,
+)
 from gpumix.hw.open import Hardware
 from gpumix.hw.types import P2PLink
 from gpumix.power import PowerController
@@ -119,7 +126,10 @@ class Hub:
     # -- ranks (fed by the hub server from agent messages) -----------------------
 
     def _merge_ranks(self, hardware_snapshot: dict[str, Any]) -> dict[str, Any]:
-        ranks = [rank_summary(stream) for _, stream in sorted(self._ranks.items(), key=lambda item: (item[0][0] or "", item[0][1]))]
+        now_s = self._clock()
+        ranks = []
+        for _, stream in sorted(self._ranks.items(), key=lambda item: (item[0][0] or "", item[0][1])):
+            ranks.append({**rank_summary(stream), "points": points_view(stream, now_s)})
         mark_stragglers(ranks)
         snapshot = dict(hardware_snapshot)
         snapshot["ranks"] = ranks
@@ -197,6 +207,9 @@ class Hub:
             )
             if old is not None and old.pid == stream.pid:
                 stream.steps = old.steps  # the same process reconnected: keep its history
+                stream.points = old.points
+            elif old is not None:  # a new process for this rank: a restart, maybe under a new split
+                carry_points(old, stream, self._clock())
             self._ranks[key] = stream
             self._ranks_changed = True
         return key

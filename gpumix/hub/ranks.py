@@ -12,6 +12,8 @@ from gpumix.protocol import ProtocolError, integer, number, text
 STEPS_KEPT = 120  # per rank, for medians and the loss sparkline
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter
 STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggler
+POINTS_KEPT = 8  # operating points of a rank's earlier processes (its splits before re-plans)
+POINT_MAX_AGE_S = 900.0  # an older point may be from another load on the GPU: the planner skips it
 
 STEP_NUMBERS = (
     "t", "step_time_s", "samples", "tokens", "loss", "lr", "data_wait_s", "forward_s", "backward_s",
@@ -36,6 +38,8 @@ class RankStream:
     last_seen_s: float = 0.0
     steps: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STEPS_KEPT))
     transport: list[dict[str, Any]] = field(default_factory=list)
+    # what earlier processes of this rank measured at their splits, oldest first (operating_point)
+    points: list[dict[str, Any]] = field(default_factory=list)
 
 
 def parse_hello(message: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +145,35 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "transport": stream.transport,
         "straggler": False,
     }
+
+
+def operating_point(stream: RankStream, now_s: float) -> dict[str, Any] | None:
+    """What this rank measured at its split, kept when it restarts under another one: the
+    planner interpolates compute time and memory between such points. None before a full
+    window of steps (the first steps of a process are warm-up)."""
+    if len(stream.steps) < MEDIAN_WINDOW:
+        return None
+    summary = rank_summary(stream)
+    if not summary["samples"] or not summary["compute_s"]:
+        return None
+    return {"samples": summary["samples"], "compute_s": summary["compute_s"], "micro_batch": summary["micro_batch"],
+            "mem_peak_bytes": summary["mem_peak_bytes"], "t": now_s}
+
+
+def carry_points(old: RankStream, new: RankStream, now_s: float) -> None:
+    """A rank's new process (after a restart) inherits its predecessor's points, if on the same GPU.
+    A point at the same split replaces the older one."""
+    if old.gpu_uuid != new.gpu_uuid:
+        return
+    point = operating_point(old, now_s)
+    kept = [p for p in old.points if now_s - p["t"] <= POINT_MAX_AGE_S
+            and (point is None or p["samples"] != point["samples"])]
+    new.points = ([*kept, point] if point else kept)[-POINTS_KEPT:]
+
+
+def points_view(stream: RankStream, now_s: float) -> list[dict[str, Any]]:
+    return [{k: v for k, v in p.items() if k != "t"} | {"age_s": now_s - p["t"]}
+            for p in stream.points if now_s - p["t"] <= POINT_MAX_AGE_S]
 
 
 def mark_stragglers(ranks: list[dict[str, Any]]) -> None:

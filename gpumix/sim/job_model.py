@@ -1,9 +1,11 @@
 """A model of one data-parallel training step on mixed GPUs without P2P.
 
 Pure functions: the simulated rig uses them to decide what its GPUs do, the
-demo job to pace its ranks. Step time = slowest rank's compute + an
-all-reduce staged through host memory, whose time is set by the slowest
-effective link (design.md section 6).
+demo job to pace its ranks. Step time = slowest rank's compute + the part of
+an all-reduce staged through host memory that its backward does not hide. The
+all-reduce's time is set by the slowest effective link (design.md section 6);
+DDP reduces gradients in buckets while the backward still produces them, so
+only the tail waits (exposed_comm_seconds).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ ACTIVATION_BYTES_PER_SAMPLE = 150 * 1024**2
 LINK_EFFICIENCY = 0.8
 # The chipset's uplink to the CPU (gen4 x4 on current desktop boards), shared by all GPUs behind it.
 CHIPSET_UPLINK_BYTES_PER_S = link_bytes_per_s(4, 4) or 0.0
+# DDP's gradient buckets (bucket_cap_mb=25), reduced in order as the backward fills them.
+BUCKET_BYTES = 25 * 1024**2
+BACKWARD_SHARE = 2 / 3  # of a rank's compute: the backward takes about twice the forward
 # Share of the all-reduce during which a GPU's utilization counter reads busy (copy kernels).
 ALLREDUCE_UTIL_SHARE = 0.25
 
@@ -41,7 +46,8 @@ class RankLoad:
 @dataclass(frozen=True)
 class StepTiming:
     compute_s: tuple[float, ...]  # per rank
-    allreduce_s: float
+    allreduce_s: float  # the links' busy time for one all-reduce
+    comm_wait_s: float  # what of it the step waits for after the slowest rank's compute
     step_s: float
 
     def busy_fraction(self, rank: int) -> float:
@@ -69,12 +75,29 @@ def allreduce_seconds(link_rates: Sequence[float], gradient_bytes: float = GRADI
     return 2 * (ranks - 1) / ranks * gradient_bytes / min(link_rates)
 
 
+def exposed_comm_seconds(slowest_compute_s: float, allreduce_s: float, gradient_bytes: float = GRADIENT_BYTES) -> float:
+    """The all-reduce's time not hidden behind the backward. Buckets become ready as the slowest
+    rank's backward produces them (linearly over it); the links reduce one bucket at a time."""
+    if allreduce_s <= 0 or gradient_bytes <= 0:
+        return 0.0
+    forward_s = slowest_compute_s * (1 - BACKWARD_SHARE)
+    produced = finish_s = 0.0
+    while produced < gradient_bytes:
+        size = min(BUCKET_BYTES, gradient_bytes - produced)
+        produced += size
+        ready_s = forward_s + slowest_compute_s * BACKWARD_SHARE * produced / gradient_bytes
+        finish_s = max(finish_s, ready_s) + allreduce_s * size / gradient_bytes
+    return finish_s - slowest_compute_s
+
+
 def step_timing(loads: Sequence[RankLoad], gradient_bytes: float = GRADIENT_BYTES) -> StepTiming:
     compute = tuple(
         load.samples / (BASE_SAMPLES_PER_S * load.relative_speed * load.power_factor) for load in loads
     )
     allreduce = allreduce_seconds([load.link_bytes_per_s for load in loads], gradient_bytes)
-    return StepTiming(compute_s=compute, allreduce_s=allreduce, step_s=max(compute, default=0.0) + allreduce)
+    slowest = max(compute, default=0.0)
+    waits = exposed_comm_seconds(slowest, allreduce, gradient_bytes)
+    return StepTiming(compute_s=compute, allreduce_s=allreduce, comm_wait_s=waits, step_s=slowest + waits)
 
 
 def allreduce_bytes_per_rank(ranks: int, gradient_bytes: float = GRADIENT_BYTES) -> float:

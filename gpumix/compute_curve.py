@@ -1,0 +1,84 @@
+"""A rank's compute time per step as a function of its share of the batch, from measurements.
+
+One measured point (the split running now) gives a proportional model: twice the samples,
+twice the time. Real GPUs are not proportional: a step has fixed costs (the optimizer,
+kernel launches, a competing process's time slices) and matrix kernels run in whole waves
+of tiles, so time grows in stairs (docs/planner.md, "Measured on real GPUs"). With points
+measured at several splits (the hub keeps them across re-plans), the curve interpolates
+between them. Outside the measured range it takes the slower of two guesses, the nearest
+segment's line and proportional to the nearest point: a planner that trusts an optimistic
+extrapolation moves work onto a rank that then paces the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import pairwise
+
+_SEARCH_STEPS = 80  # bisection halvings: far below a sample
+
+
+@dataclass(frozen=True)
+class ComputeCurve:
+    points: tuple[tuple[float, float], ...]  # (samples, seconds): samples ascending, seconds non-decreasing
+
+    @classmethod
+    def from_points(cls, points: Iterable[tuple[float, float]]) -> ComputeCurve:
+        """One time per sample count (the last given wins); a larger share never takes less time
+        (measurement noise can say so), so each time is at least the one before it."""
+        by_samples: dict[float, float] = {}
+        for samples, seconds in points:
+            if samples > 0 and seconds > 0:
+                by_samples[float(samples)] = float(seconds)
+        if not by_samples:
+            raise ValueError("a compute curve needs a point with samples > 0 and seconds > 0")
+        monotone: list[tuple[float, float]] = []
+        for samples in sorted(by_samples):
+            seconds = max(by_samples[samples], monotone[-1][1] if monotone else 0.0)
+            monotone.append((samples, seconds))
+        return cls(tuple(monotone))
+
+    @classmethod
+    def proportional(cls, samples_per_s: float) -> ComputeCurve:
+        return cls(((1.0, 1.0 / samples_per_s),))
+
+    def time_s(self, samples: float) -> float:
+        if samples <= 0:
+            return 0.0
+        points = self.points
+        first_n, first_t = points[0]
+        if len(points) == 1:
+            return first_t * samples / first_n
+        if samples < first_n:
+            return max(_line(points[0], points[1], samples), first_t * samples / first_n)
+        last_n, last_t = points[-1]
+        if samples > last_n:
+            return max(_line(points[-2], points[-1], samples), last_t * samples / last_n)
+        for low, high in pairwise(points):
+            if samples <= high[0]:
+                return _line(low, high, samples)
+        return last_t  # not reached: samples == last_n is inside the last segment
+
+    def samples_within(self, seconds: float) -> float:
+        """The (continuous) share this rank computes in `seconds`: the inverse of time_s."""
+        if seconds <= 0:
+            return 0.0
+        if len(self.points) == 1:
+            samples, time_s = self.points[0]
+            return seconds * samples / time_s
+        low, high = 0.0, max(1.0, self.points[-1][0])
+        while self.time_s(high) < seconds:
+            high *= 2
+        for _ in range(_SEARCH_STEPS):
+            middle = (low + high) / 2
+            if self.time_s(middle) < seconds:
+                low = middle
+            else:
+                high = middle
+        return high
+
+
+def _line(a: tuple[float, float], b: tuple[float, float], samples: float) -> float:
+    slope = (b[1] - a[1]) / (b[0] - a[0])
+    return a[1] + slope * (samples - a[0])

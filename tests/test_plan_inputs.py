@@ -1,0 +1,90 @@
+"""The planner's inputs from the hub: operating points kept across restarts, memory per sample,
+the communication the step waits for."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gpumix.hub import Hub
+from gpumix.hub.ranks import MEDIAN_WINDOW, POINT_MAX_AGE_S, parse_hello, parse_step
+from gpumix.plan_inputs import measured_comm_s, measures, plan_from_snapshot
+from tests.conftest import ManualClock
+
+GIB = 1024**3
+
+
+def run_process(hub: Hub, clock: ManualClock, pid: int, samples: int, compute_s: float, comm_s: float,
+                gpu: int = 0, steps: int = MEDIAN_WINDOW + 2, ends: bool = True) -> None:
+    """One process of rank 0 reporting `steps` steps at this split (micro-batch = samples), then exiting."""
+    uuid = hub.snapshot()["gpus"][gpu]["uuid"]
+    key = hub.agent_hello(parse_hello({"rank": 0, "world_size": 1, "job": "train", "pid": pid,
+                                      "gpu_uuid": uuid}))
+    for step in range(steps):
+        hub.agent_step(key, parse_step({
+            "step": step, "step_time_s": compute_s + comm_s, "samples": samples, "micro_batch": samples,
+            "comm_s": comm_s, "data_wait_s": 0.0, "mem_peak_bytes": 2 * GIB + samples * 10 * 2**20,
+            "gradient_bytes": 1e8}))
+        clock.advance(compute_s + comm_s)
+    if ends:
+        hub.agent_gone(key, pid)
+
+
+def rank0(hub: Hub) -> dict[str, Any]:
+    return next(r for r in hub.snapshot()["ranks"] if r["rank"] == 0)
+
+
+def test_a_restarted_rank_keeps_what_it_measured_at_the_old_split(demo_hub: Hub, clock: ManualClock) -> None:
+    run_process(demo_hub, clock, pid=100, samples=64, compute_s=0.30, comm_s=0.05)
+    assert rank0(demo_hub)["points"] == []
+    run_process(demo_hub, clock, pid=101, samples=40, compute_s=0.20, comm_s=0.05)
+    points = rank0(demo_hub)["points"]
+    assert len(points) == 1 and points[0]["samples"] == 64
+    assert math.isclose(points[0]["compute_s"], 0.30) and points[0]["micro_batch"] == 64
+    run_process(demo_hub, clock, pid=102, samples=48, compute_s=0.24, comm_s=0.05, ends=False)
+    assert [p["samples"] for p in rank0(demo_hub)["points"]] == [64, 40]
+    # The inputs: both earlier splits as compute points, memory per sample from three micro-batches.
+    (measure,) = measures(demo_hub.snapshot(), "train")
+    assert measure.compute_points == ((64, 0.30), (40, 0.20))
+    assert math.isclose(measure.mem_per_sample_bytes, 10 * 2**20)
+    assert math.isclose(measure.compute_curve().time_s(56), 0.27)  # halfway from 48 to 64
+
+
+def test_a_point_at_the_same_split_replaces_the_older_one(demo_hub: Hub, clock: ManualClock) -> None:
+    run_process(demo_hub, clock, pid=100, samples=64, compute_s=0.30, comm_s=0.05)
+    run_process(demo_hub, clock, pid=101, samples=40, compute_s=0.20, comm_s=0.05)
+    run_process(demo_hub, clock, pid=102, samples=64, compute_s=0.50, comm_s=0.05)  # the GPU got busier
+    run_process(demo_hub, clock, pid=103, samples=32, compute_s=0.20, comm_s=0.05)
+    assert [(p["samples"], p["compute_s"]) for p in rank0(demo_hub)["points"]] == [(40, 0.20), (64, 0.50)]
+
+
+def test_old_points_and_warm_up_only_processes_are_not_used(demo_hub: Hub, clock: ManualClock) -> None:
+    run_process(demo_hub, clock, pid=100, samples=64, compute_s=0.30, comm_s=0.05)
+    run_process(demo_hub, clock, pid=101, samples=40, compute_s=0.20, comm_s=0.05, steps=3)  # died in warm-up
+    assert [p["samples"] for p in rank0(demo_hub)["points"]] == [64]
+    clock.advance(POINT_MAX_AGE_S + 1)
+    run_process(demo_hub, clock, pid=102, samples=32, compute_s=0.20, comm_s=0.05)
+    assert rank0(demo_hub)["points"] == []
+
+
+def test_a_rank_on_another_gpu_starts_afresh(demo_hub: Hub, clock: ManualClock) -> None:
+    run_process(demo_hub, clock, pid=100, samples=64, compute_s=0.30, comm_s=0.05, gpu=0)
+    run_process(demo_hub, clock, pid=101, samples=40, compute_s=0.20, comm_s=0.05, gpu=7)
+    assert rank0(demo_hub)["points"] == []
+
+
+def test_the_step_beyond_the_slowest_compute_is_the_measured_communication(demo_hub: Hub, clock: ManualClock) -> None:
+    for rank, compute_s in enumerate((0.30, 0.10)):
+        uuid = demo_hub.snapshot()["gpus"][rank]["uuid"]
+        key = demo_hub.agent_hello(parse_hello({"rank": rank, "world_size": 2, "job": "train", "pid": 10 + rank,
+                                                "gpu_uuid": uuid}))
+        for step in range(MEDIAN_WINDOW):  # the fast rank waits for the slow one inside the all-reduce
+            demo_hub.agent_step(key, parse_step({"step": step, "step_time_s": 0.35, "samples": 32,
+                                                 "comm_s": 0.35 - compute_s, "data_wait_s": 0.0,
+                                                 "gradient_bytes": 1e8}))
+    snapshot = demo_hub.snapshot()
+    assert math.isclose(measured_comm_s(snapshot, "train"), 0.05)
+    _, plan = plan_from_snapshot(snapshot, "train", granularity=8)
+    assert math.isclose(plan.current.step_time_s, 0.35)
+    assert all(r.samples % 8 == 0 for r in plan.ranks)
+    assert plan.proposed.step_time_s < 0.35
