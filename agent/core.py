@@ -91,6 +91,7 @@ class Agent:
         self._warned = False
         self.gradient_bytes: int | None = None  # set by watch_ddp: what the planner's all-reduce moves
         self.restart = RestartControl(self.rank)
+        self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does
         self.plan = _load_plan()
         self.sender = Sender(address, self._hello, max_messages=max_messages)
 

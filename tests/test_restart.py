@@ -21,6 +21,7 @@ from gpumix.agent.batch_split import GlobalBatchSampler
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
 from gpumix.supervisor import Supervisor
+from tests.conftest import wait_until
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).parents[1]
@@ -29,6 +30,11 @@ NEW_PLAN = {"plan_id": "unequal", "global_batch": 24, "ranks": [
     {"rank": 0, "samples": 4, "micro_batch": 4, "accumulation_steps": 1, "loss_weight": 4 * 3 / 24},
     {"rank": 1, "samples": 8, "micro_batch": 4, "accumulation_steps": 2, "loss_weight": 8 * 3 / 24},
     {"rank": 2, "samples": 12, "micro_batch": 6, "accumulation_steps": 2, "loss_weight": 12 * 3 / 24},
+]}
+SECOND_PLAN = {"plan_id": "second", "global_batch": 24, "ranks": [
+    {"rank": 0, "samples": 14, "micro_batch": 7, "accumulation_steps": 2, "loss_weight": 14 * 3 / 24},
+    {"rank": 1, "samples": 6, "micro_batch": 6, "accumulation_steps": 1, "loss_weight": 6 * 3 / 24},
+    {"rank": 2, "samples": 4, "micro_batch": 4, "accumulation_steps": 1, "loss_weight": 4 * 3 / 24},
 ]}
 
 
@@ -88,17 +94,25 @@ def test_restart_under_a_new_plan_continues_exactly(tmp_path: Path, hub_socket) 
         "--checkpoint", str(tmp_path / "ckpt.pt"), "--final", str(tmp_path / "final.pt")))
     wait_for_step(hub, 8)
     assert hub.request_restart("t", NEW_PLAN)["ok"]
+    assert wait_until(lambda: supervisor.restarts == 1, 120), supervisor.message
+    first_stop = supervisor.resume_step
+    # The relaunched ranks number their steps from the resume step, as the supervisor does: a
+    # second restart picks its stop step from them.
+    wait_for_step(hub, first_stop + 4)
+    assert hub.request_restart("t", SECOND_PLAN)["ok"]
     outcome["thread"].join(timeout=240)
     assert outcome.get("code") == 0, supervisor.message
-    assert supervisor.restarts == 1 and supervisor.resume_step > 8
+    assert supervisor.restarts == 2 and first_stop > 8 and supervisor.resume_step > first_stop + 4
 
     by_rank = traces(tmp_path / "trace")
     steps = [entry["step"] for entry in by_rank[0]]
     assert steps == list(range(STEPS)), "every optimizer step exactly once"
     stop = supervisor.resume_step
-    assert {e["plan"] for e in by_rank[0] if e["step"] < stop} == {"equal"}
-    assert {e["plan"] for e in by_rank[0] if e["step"] >= stop} == {"unequal"}
-    assert [len(e["indices"]) for e in by_rank[2] if e["step"] >= stop] == [12] * (STEPS - stop)
+    assert {e["plan"] for e in by_rank[0] if e["step"] < first_stop} == {"equal"}
+    assert {e["plan"] for e in by_rank[0] if first_stop <= e["step"] < stop} == {"unequal"}
+    assert {e["plan"] for e in by_rank[0] if e["step"] >= stop} == {"second"}
+    assert [len(e["indices"]) for e in by_rank[2] if first_stop <= e["step"] < stop] == [12] * (stop - first_stop)
+    assert [len(e["indices"]) for e in by_rank[0] if e["step"] >= stop] == [14] * (STEPS - stop)
     seen = [i for rank in by_rank.values() for entry in rank for i in entry["indices"]]
     assert len(seen) == len(set(seen)) == STEPS * 24, "no sample twice within the epoch"
     # the data order continued: step t's global batch is the same whatever the split
@@ -109,7 +123,7 @@ def test_restart_under_a_new_plan_continues_exactly(tmp_path: Path, hub_socket) 
     final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
     for name, value in expected.items():
         assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name
-    assert hub.snapshot()["jobs"]["t"]["restarts"] == 1
+    assert hub.snapshot()["jobs"]["t"]["restarts"] == 2
 
 
 @pytest.mark.slow
