@@ -1,0 +1,64 @@
+"""`gpumix-top --demo`: re-planning from the TUI restarts the demo job through the real
+supervisor, the 3060 straggler goes away and samples/s rises."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+from textual.widgets import Static
+
+from gpumix.hub.node import start_node
+from gpumix.hw.open import open_hardware
+from gpumix.tui.app import GpumixApp
+from gpumix.tui.plan_screen import PlanScreen
+from tests.screen import screen_text
+
+
+def demo_ranks(hub: Any) -> list[dict[str, Any]]:
+    return [r for r in (hub.snapshot() or {}).get("ranks", []) if r["job"] == "demo" and r["connected"]]
+
+
+async def until(predicate, timeout_s: float) -> None:
+    for _ in range(int(timeout_s / 0.2)):
+        if predicate():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_split_screen_restarts_the_demo_and_removes_the_straggler(tmp_path) -> None:
+    node = start_node(open_hardware(demo=True), f"/tmp/gpumix-demo-test-{os.getpid()}.sock", interval_s=0.5, demo=True)
+    try:
+        def at_step(step: int) -> bool:
+            ranks = demo_ranks(node.hub)
+            return len(ranks) == 10 and min(r["step"] or 0 for r in ranks) >= step
+
+        app = GpumixApp(node.hub, interval_s=0.5)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(lambda: at_step(12), 90)
+            await pilot.pause(1.0)
+            before = node.hub.snapshot()["run"]
+            assert "straggler 0,1,2 (RTX 3060 12G)" in screen_text(app)
+            await pilot.press("s")
+            await until(lambda: isinstance(app.screen, PlanScreen), 10)
+            text = str(app.screen.query_one("#plan-text", Static).render())
+            assert "proposed:" in text and "× the current split" in text
+            await pilot.click("#apply")
+            supervisor = node.demo.supervisor
+            await until(lambda: supervisor.restarts == 1, 60)
+            await until(lambda: at_step(supervisor.resume_step + 12), 60)
+            await pilot.pause(1.0)
+            after = node.hub.snapshot()["run"]
+            assert after["samples_per_s"] > 1.6 * before["samples_per_s"], (before, after)
+            assert not any(r["straggler"] for r in demo_ranks(node.hub))
+            run_line = next(line for line in screen_text(app).splitlines() if "10 ranks" in line)
+            assert "straggler" not in run_line
+            shares = {r["rank"]: r["samples"] for r in demo_ranks(node.hub)}
+            assert max(shares[r] for r in (0, 1, 2)) < 40 < 90 < min(shares[r] for r in (7, 8, 9))
+    finally:
+        node.stop()
