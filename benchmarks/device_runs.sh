@@ -1,10 +1,12 @@
 #!/bin/bash
 # The GPU checks, batched for a lent 2-GPU machine (read-only on the GPUs: NVML getters and
-# ordinary CUDA work). Usage: OUT=/tmp/out bash benchmarks/device_runs.sh [a|b]
+# ordinary CUDA work). Usage: OUT=/tmp/out bash benchmarks/device_runs.sh [a|b|c|sweep]
 #   a: PCIe counters under copies, DDP over NCCL with the agent and the transport probe
 #      (P2P on, then NCCL_P2P_DISABLE=1), agent overhead, weighted-gradient checks (DDP/NCCL,
 #      DeepSpeed ZeRO-2), the DeepSpeed example with the agent.
-#   b: re-planning a job whose GPU 1 is slowed by a competing workload.
+#   b: the DeepSpeed example, agent overhead, re-planning a job whose GPU 1 is slowed.
+#   c: PCIe check, agent costs, re-planning with NVLink, then with NCCL_P2P_DISABLE=1 (SHM).
+#   sweep: every split of one batch measured, GPU 1 free then slowed (benchmarks/split_sweep.py).
 # Wheels for what the machine lacks go in .whl/ (see docs/benchmarks.md).
 set -u
 cd "$(dirname "$0")/.."
@@ -54,7 +56,11 @@ elif [ "$PART" = c ]; then
   HUB=$!; sleep 3
   LIMIT=200 step python3 benchmarks/bench_agent_overhead.py --gpus 2 --pairs 4 --steps 300 --width 4096 --batch 256 --hub /tmp/gpumix-hub.sock --out "$OUT/overhead_c.json"
   kill $HUB
-  LIMIT=300 step python3 benchmarks/bench_replan_gpu.py --window 10 --out "$OUT/replan_c.json"
+  LIMIT=330 step python3 benchmarks/bench_replan_gpu.py --out "$OUT/replan_nvlink.json"
+  NCCL_P2P_DISABLE=1 LIMIT=240 step python3 benchmarks/bench_replan_gpu.py --try 704,768,832 --out "$OUT/replan_shm.json"
+elif [ "$PART" = sweep ]; then
+  LIMIT=150 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py --out "$OUT/sweep_8192.json"
+  LIMIT=150 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py --hidden 4096 --global-batch 8192 --out "$OUT/sweep_4096.json"
 else
   step python3 benchmarks/nvml_probe.py --out "$OUT/probe_b.json" --load h2d,d2h --load-seconds 6
   gpumix hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
@@ -64,6 +70,6 @@ else
   snapshot "$OUT/deepspeed.json"
   LIMIT=200 step python3 benchmarks/bench_agent_overhead.py --gpus 2 --pairs 4 --steps 300 --width 4096 --batch 256 --hub /tmp/gpumix-hub.sock --out "$OUT/overhead_b.json"
   kill $HUB
-  LIMIT=300 step python3 benchmarks/bench_replan_gpu.py --window 10 --out "$OUT/replan.json"
+  LIMIT=330 step python3 benchmarks/bench_replan_gpu.py --out "$OUT/replan.json"
 fi
 echo "=== done $(date -u +%H:%M:%S)" >>"$LOG"
