@@ -88,7 +88,7 @@ class RankPlan:
     micro_batch: int  # m_r
     accumulation_steps: int  # k_r, n_r = m_r * k_r
     loss_weight: float  # n_r * R / B
-    limited_by: tuple[str, ...]  # "excluded", "memory", "integer rounding"; empty: none
+    limited_by: tuple[str, ...]  # "excluded", "memory", "integer rounding", "granularity"; empty: none
 
 
 @dataclass(frozen=True)
@@ -411,7 +411,7 @@ def _split(
 
 def _reasons(
     n: int, k: int, share: float, upper: int, time_s: float, pace_s: float,
-    unbounded_share: float,
+    unbounded_share: float, granularity: int = 1,
 ) -> tuple[str, ...]:
     reasons = []
     if k > 1 or (n == upper and upper < unbounded_share - 1e-9):
@@ -419,7 +419,7 @@ def _reasons(
     # Integers matter where they set the pace: a rank above its continuous share that the
     # whole step waits for.
     if n > share + 1e-9 and time_s >= pace_s - 1e-12:
-        reasons.append("integer rounding")
+        reasons.append("granularity" if granularity > 1 else "integer rounding")
     return tuple(reasons)
 
 
@@ -501,7 +501,8 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
                 rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
                 accumulation_steps=k, loss_weight=n * R / B,
                 limited_by=_reasons(n, k, shares[i], upper_of[m.rank],
-                                    m.compute_curve().time_s(n), proposed.compute_s, unbounded[i]),
+                                    m.compute_curve().time_s(n), proposed.compute_s, unbounded[i],
+                                    request.granularity),
             ))
         if proposed.step_time_s >= current.step_time_s - 1e-12:
             note = "this request (batch, ranks or limits) is no faster than the current split"

@@ -270,6 +270,7 @@ def test_points_from_an_earlier_split_and_whole_tiles_find_the_measured_best() -
     request = PlanRequest(global_batch=1024, gradient_bytes=8e8, granularity=64)
     result = plan(h200_pair(points=True), request)
     assert [r.samples for r in result.ranks] == [768, 256]
+    assert result.ranks[1].limited_by == ("granularity",)  # above its continuous share, it sets the pace
     assert result.ideal.compute_s <= result.proposed.compute_s
 
 
