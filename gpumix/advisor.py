@@ -147,6 +147,10 @@ def _links(snapshot: dict[str, Any]) -> list[Finding]:
     return found
 
 
+def _shared(topology: str | None) -> bool:
+    return topology in SHARED_TOPOLOGY or (topology or "").startswith("NV")  # an NVLink bridge is closer still
+
+
 def _off_main_root(snapshot: dict[str, Any]) -> list[Finding]:
     """GPUs that reach the others only across the system: behind the chipset or another socket."""
     count = len(snapshot["gpus"])
@@ -157,7 +161,7 @@ def _off_main_root(snapshot: dict[str, Any]) -> list[Finding]:
     groups: list[set[int]] = []
     for index in range(count):
         for group in groups:
-            if all(level.get((index, other)) in SHARED_TOPOLOGY for other in group):
+            if all(_shared(level.get((index, other))) for other in group):
                 group.add(index)
                 break
         else:

@@ -79,6 +79,11 @@ def decode_clock_event_reasons(mask: int) -> list[str]:
     return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
 
 
+def _bus_key(bus_id: str) -> str:
+    """"00000000:18:00.0" and "0000:18:00.0" name the same device: compare bus:device.function."""
+    return bus_id.strip().lower()[-12:]
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -402,13 +407,37 @@ class NvmlBackend:
         read = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_READ)
         write = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_WRITE)
         level = self._pair_call(a, b, "nvmlDeviceGetTopologyCommonAncestor")
+        nvlinks = self._nvlinks_to(a).get(b, 0)
         return P2PLink(
             gpu_a=a,
             gpu_b=b,
             read=P2P_STATUS.get(read, str(read)) if read is not None else None,
             write=P2P_STATUS.get(write, str(write)) if write is not None else None,
-            topology=TOPOLOGY_LEVEL.get(level, str(level)) if level is not None else None,
+            # as `nvidia-smi topo -m` names a pair joined by NVLink
+            topology=f"NV{nvlinks}" if nvlinks else TOPOLOGY_LEVEL.get(level, str(level)) if level is not None else None,
+            nvlinks=nvlinks,
         )
+
+    def _nvlinks_to(self, index: int) -> dict[int, int]:
+        """Active NVLink links from GPU `index` to each other GPU (by PCI bus id). A card
+        without NVLink answers NotSupported for link 0; links past its last one, InvalidArgument."""
+        by_bus = {_bus_key(info.pci_bus_id): info.index for info in self._infos if info.pci_bus_id}
+        counts: dict[int, int] = {}
+        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if self._nvml.nvmlDeviceGetNvLinkState(self._handles[index], link) != pynvml.NVML_FEATURE_ENABLED:
+                    continue
+                remote = self._nvml.nvmlDeviceGetNvLinkRemotePciInfo(self._handles[index], link)
+            except pynvml.NVMLError as error:
+                if link == 0 and error.value == pynvml.NVML_ERROR_NOT_SUPPORTED:
+                    break
+                continue
+            except AttributeError:  # an NVML without these functions
+                break
+            peer = by_bus.get(_bus_key(_text(remote.busId)))
+            if peer is not None and peer != index:
+                counts[peer] = counts.get(peer, 0) + 1
+        return counts
 
     def _pair_call(self, a: int, b: int, name: str, *args: Any) -> Any:
         """A guarded NVML call about GPUs a and b: the value, or None. Its error

@@ -98,7 +98,8 @@ class P2PLink:
     gpu_b: int
     read: str | None  # "OK", "GPU not supported", ...
     write: str | None
-    topology: str | None  # "PIX", "PXB", "PHB", "NODE", "SYS", ...
+    topology: str | None  # "NV4" (4 NVLinks), "PIX", "PXB", "PHB", "NODE", "SYS", ...
+    nvlinks: int = 0  # active NVLink links between the two
 
 
 class HardwareBackend(Protocol):

@@ -204,12 +204,26 @@ class SimNvml:
         share = gpu.activity.mem_used_bytes // max(1, len(gpu.activity.pids))
         return [SimpleNamespace(pid=pid, usedGpuMemory=share) for pid in gpu.activity.pids]
 
+    def nvmlDeviceGetNvLinkState(self, handle: SimHandle, link: int) -> int:
+        spec = self.machine.gpus[self._check(handle, "nvmlDeviceGetNvLinkState")].spec
+        if spec.nvlink_peer is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < spec.nvlink_links:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: SimHandle, link: int) -> Any:
+        self.nvmlDeviceGetNvLinkState(handle, link)
+        spec = self.machine.gpus[handle.index].spec
+        return SimpleNamespace(busId=self.machine.gpus[spec.nvlink_peer].spec.pci_bus_id.encode())
+
     def nvmlDeviceGetP2PStatus(self, handle_a: SimHandle, handle_b: SimHandle, index: int) -> int:
         if not isinstance(index, int):  # the real binding fails the same way on the (0,) tuple
             raise TypeError("p2pIndex must be an int")
         self._check(handle_a, "nvmlDeviceGetP2PStatus")
         self._check(handle_b, "nvmlDeviceGetP2PStatus")
-        return _P2P_OK if self.machine.rig.p2p_supported else _GPU_NOT_SUPPORTED
+        bridged = self.machine.gpus[handle_a.index].spec.nvlink_peer == handle_b.index  # P2P runs over the bridge
+        return _P2P_OK if self.machine.rig.p2p_supported or bridged else _GPU_NOT_SUPPORTED
 
     def nvmlDeviceGetTopologyCommonAncestor(self, handle_a: SimHandle, handle_b: SimHandle) -> int:
         a = self.machine.gpus[self._check(handle_a, "nvmlDeviceGetTopologyCommonAncestor")].spec

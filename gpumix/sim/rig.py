@@ -50,6 +50,8 @@ class SimGpuSpec:
     behind_chipset: bool  # attached through the chipset, not the CPU's own lanes
     uuid: str
     pci_bus_id: str
+    nvlink_peer: int | None = None  # the GPU an NVLink bridge joins this one to
+    nvlink_links: int = 0  # links in that bridge (a 3090 bridge: 4)
 
     @property
     def link_gen_max(self) -> int:
@@ -94,6 +96,8 @@ _GPU_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "slot_gen": (int, False),
     "slot_width": (int, True),
     "behind_chipset": (bool, False),
+    "nvlink_peer": (int, False),
+    "nvlink_links": (int, False),
 }
 _TOP_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "name": (str, True),
@@ -279,8 +283,22 @@ def parse_rig(text: str, source: str) -> Rig:
                 behind_chipset=table.get("behind_chipset", False),
                 uuid=_sim_uuid(seed, number),
                 pci_bus_id=f"00000000:{0x10 + number * 0x10:02X}:00.0",
+                nvlink_peer=table.get("nvlink_peer"),
+                nvlink_links=table.get("nvlink_links", 4) if "nvlink_peer" in table else 0,
             )
         )
+    for number, spec in enumerate(specs):  # a bridge joins two cards: each names the other
+        peer = spec.nvlink_peer
+        if peer is None:
+            continue
+        if not 0 <= peer < len(specs) or peer == number:
+            fail("gpus", "nvlink_peer", f"gpus[{number}].nvlink_peer: must be another GPU's index (0-{len(specs) - 1}),"
+                 f" got {peer}", number)
+        if specs[peer].nvlink_peer != number or specs[peer].nvlink_links != spec.nvlink_links:
+            fail("gpus", "nvlink_peer", f"gpus[{number}].nvlink_peer: gpus[{peer}] must name {number} back,"
+                 " with the same nvlink_links", number)
+        if not 1 <= spec.nvlink_links <= 18:
+            fail("gpus", "nvlink_links", f"gpus[{number}].nvlink_links: must be 1-18, got {spec.nvlink_links}", number)
     budget = data.get("power_budget_w")
     if budget is not None and budget <= 0:
         fail(None, "power_budget_w", f"power_budget_w: must be positive, got {budget}")
