@@ -3,11 +3,17 @@ the way `nvidia-smi topo -m` shows it, on the simulator's NVML look-alike."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pynvml
 import pytest
 
 from gpumix.advisor import findings
+from gpumix.hw.nvml_backend import NvmlBackend
 from gpumix.hw.open import simulated_hardware
+from gpumix.sim.machine import SimMachine
+from gpumix.sim.nvml import SimHandle, SimNvml
 from gpumix.sim.rig import RigError, parse_rig
 from gpumix.topology import topology_text
 from tests.conftest import ManualClock, ticked_hub
@@ -67,3 +73,31 @@ def test_bad_bridges_are_one_line_errors(change, message) -> None:
     with pytest.raises(RigError, match=message) as error:
         parse_rig(BRIDGED.replace(*change, 1), "r.toml")
     assert str(error.value).startswith("r.toml:") and "\n" not in str(error.value)
+
+
+class SwitchBoard(SimNvml):
+    """Two GPUs on NVSwitches, as the H200 pair measured (driver 580): each of 18 links reports
+    the remote type SWITCH and the remote bus id FFFFFFFF:FF:FF.0; nvidia-smi topo -m says NV18.
+    No NVSwitch exists here, so this look-alike answers those two calls."""
+
+    def nvmlDeviceGetNvLinkState(self, handle: SimHandle, link: int) -> int:
+        self._check(handle, "nvmlDeviceGetNvLinkState")
+        if not 0 <= link < 18:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: SimHandle, link: int) -> int:
+        self.nvmlDeviceGetNvLinkState(handle, link)
+        return pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: SimHandle, link: int) -> Any:
+        self.nvmlDeviceGetNvLinkState(handle, link)
+        return SimpleNamespace(busId=b"FFFFFFFF:FF:FF.0")
+
+
+def test_gpus_on_nvswitches_read_nv18() -> None:
+    rig = parse_rig(BRIDGED.replace("nvlink_peer = 1\n", "").replace("nvlink_peer = 0\n", ""), "r.toml")
+    backend = NvmlBackend(nvml=SwitchBoard(SimMachine(rig, clock=ManualClock())), clock=ManualClock())
+    links = {(link.gpu_a, link.gpu_b): link for link in backend.p2p()}
+    assert links[(0, 1)].topology == "NV18" and links[(0, 1)].nvlinks == 18
+    assert links[(1, 2)].nvlinks == 18

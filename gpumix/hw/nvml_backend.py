@@ -395,6 +395,7 @@ class NvmlBackend:
 
     def p2p(self) -> list[P2PLink]:
         links = []
+        self._nvlink_cache: dict[int, tuple[dict[int, int], int]] = {}
         count = len(self._infos)
         for a in range(count):
             for b in range(a + 1, count):
@@ -407,7 +408,7 @@ class NvmlBackend:
         read = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_READ)
         write = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_WRITE)
         level = self._pair_call(a, b, "nvmlDeviceGetTopologyCommonAncestor")
-        nvlinks = self._nvlinks_to(a).get(b, 0)
+        nvlinks = self._nvlinks_between(a, b)
         return P2PLink(
             gpu_a=a,
             gpu_b=b,
@@ -418,16 +419,31 @@ class NvmlBackend:
             nvlinks=nvlinks,
         )
 
-    def _nvlinks_to(self, index: int) -> dict[int, int]:
-        """Active NVLink links from GPU `index` to each other GPU (by PCI bus id). A card
-        without NVLink answers NotSupported for link 0; links past its last one, InvalidArgument."""
+    def _nvlinks_between(self, a: int, b: int) -> int:
+        """Active NVLink links joining GPUs a and b: direct ones (a bridge), or through NVSwitches,
+        where each GPU's links reach every other GPU on the switches (an HGX board: NV18)."""
+        direct_a, switch_a = self._nvlinks(a)
+        _, switch_b = self._nvlinks(b)
+        return direct_a.get(b, 0) + min(switch_a, switch_b)
+
+    def _nvlinks(self, index: int) -> tuple[dict[int, int], int]:
+        """(links to each other GPU by its PCI bus id, links to NVSwitches) of GPU `index`, read once.
+        A card without NVLink answers NotSupported for link 0; links past its last, InvalidArgument."""
+        if index in self._nvlink_cache:
+            return self._nvlink_cache[index]
         by_bus = {_bus_key(info.pci_bus_id): info.index for info in self._infos if info.pci_bus_id}
-        counts: dict[int, int] = {}
+        direct: dict[int, int] = {}
+        switch = 0
+        handle = self._handles[index]
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
             try:
-                if self._nvml.nvmlDeviceGetNvLinkState(self._handles[index], link) != pynvml.NVML_FEATURE_ENABLED:
+                if self._nvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
                     continue
-                remote = self._nvml.nvmlDeviceGetNvLinkRemotePciInfo(self._handles[index], link)
+                remote_type = self._optional(self._nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
+                if remote_type == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                    switch += 1
+                    continue
+                remote = self._nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
             except pynvml.NVMLError as error:
                 if link == 0 and error.value == pynvml.NVML_ERROR_NOT_SUPPORTED:
                     break
@@ -436,8 +452,17 @@ class NvmlBackend:
                 break
             peer = by_bus.get(_bus_key(_text(remote.busId)))
             if peer is not None and peer != index:
-                counts[peer] = counts.get(peer, 0) + 1
-        return counts
+                direct[peer] = direct.get(peer, 0) + 1
+        self._nvlink_cache[index] = (direct, switch)
+        return direct, switch
+
+    @staticmethod
+    def _optional(function: Any, *args: Any) -> Any:
+        """A call older drivers may lack or refuse: None then."""
+        try:
+            return function(*args)
+        except (pynvml.NVMLError, AttributeError):
+            return None
 
     def _pair_call(self, a: int, b: int, name: str, *args: Any) -> Any:
         """A guarded NVML call about GPUs a and b: the value, or None. Its error

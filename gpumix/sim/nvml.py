@@ -212,6 +212,10 @@ class SimNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return pynvml.NVML_FEATURE_ENABLED
 
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: SimHandle, link: int) -> int:
+        self.nvmlDeviceGetNvLinkState(handle, link)
+        return pynvml.NVML_NVLINK_DEVICE_TYPE_GPU  # bridges join GPUs; NVSwitch boards are not simulated
+
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: SimHandle, link: int) -> Any:
         self.nvmlDeviceGetNvLinkState(handle, link)
         spec = self.machine.gpus[handle.index].spec
