@@ -11,7 +11,7 @@ from typing import Any
 
 from gpumix.cli_common import fail, positive_float, positive_int
 from gpumix.deepspeed_plan import deepspeed_split, write_configs
-from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
+from gpumix.plan_inputs import PlanInputError, pick_job, plan_from_snapshot
 from gpumix.planner import plan_to_json
 
 PROG = "gpumix"
@@ -27,6 +27,10 @@ def add_plan_parser(commands: Any) -> None:
     plan.add_argument("--gradient-mb", type=positive_float, metavar="MB", help="gradient size, if the ranks do not say")
     plan.add_argument("--granularity", type=positive_int, metavar="N",
                       help="each rank a multiple of N samples (default: as `gpumix run` says, else 1)")
+    leave_out = plan.add_mutually_exclusive_group()
+    leave_out.add_argument("--exclude", type=rank_list, metavar="R,R,...",
+                           help="leave these ranks out (with --apply the job restarts with fewer ranks)")
+    leave_out.add_argument("--exclude-tier", metavar="TIER", help="leave every rank of this GPU tier out")
     plan.add_argument("--apply", action="store_true", help="restart the job into the plan (needs `gpumix run`)")
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--deepspeed-config", metavar="BASE.json",
@@ -53,7 +57,8 @@ def plan_text(job: str, data: dict[str, Any]) -> str:
     without = data.get("without_tier")
     if without:
         lines.append(f"  or: leave the {without['tier_left_out']} tier out of the job: {without['samples_per_s']:.0f}"
-                     f" samples/s ({without['speedup_over_current']:.2f}x; restart it with fewer ranks)")
+                     f" samples/s ({without['speedup_over_current']:.2f}x;"
+                     f" gpumix plan --exclude-tier '{without['tier_left_out']}' --apply)")
     if data.get("note"):
         lines.append(f"  note: {data['note']}")
     return "\n".join(lines)
@@ -65,8 +70,9 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
     if snapshot is None:
         fail(PROG, "no hub answers: start one (`gpumix hub`, or gpumix-top) or use --demo")
     try:
+        exclude = excluded_ranks(snapshot, args.job, args.exclude, args.exclude_tier)
         job, plan = plan_from_snapshot(snapshot, args.job, args.global_batch,
-                                       args.gradient_mb * 1e6 if args.gradient_mb else None, args.granularity)
+                                       args.gradient_mb * 1e6 if args.gradient_mb else None, args.granularity, exclude)
     except (PlanInputError, ValueError) as error:
         fail(PROG, str(error), code=1)
     data = {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
@@ -82,6 +88,31 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
         if reply is not None:
             print(("applied: " if reply["ok"] else "not applied: ") + reply["message"])
     return 0 if reply is None or reply["ok"] else 1
+
+
+def rank_list(text: str) -> frozenset[int]:
+    try:
+        ranks = frozenset(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of ranks: {text!r} (e.g. 0,1,2)") from None
+    if any(rank < 0 for rank in ranks):
+        raise argparse.ArgumentTypeError(f"ranks are >= 0: {text!r}")
+    return ranks
+
+
+def excluded_ranks(snapshot: dict[str, Any], job: str | None, ranks: frozenset[int] | None,
+                   tier: str | None) -> frozenset[int]:
+    """--exclude as given, or the ranks whose GPU is of --exclude-tier (its name, any case)."""
+    if tier is None:
+        return ranks or frozenset()
+    job = pick_job(snapshot, job)
+    gpus = {gpu["uuid"]: gpu for gpu in snapshot["gpus"]}
+    found = frozenset(r["rank"] for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")
+                      and (gpus.get(r.get("gpu_uuid") or "", {}).get("tier") or "").lower() == tier.lower())
+    if not found:
+        names = sorted({gpu.get("tier") or "?" for gpu in snapshot["gpus"]})
+        raise PlanInputError(f"no rank of job {job!r} runs on a {tier!r} GPU (tiers: {', '.join(names)})")
+    return found
 
 
 def deepspeed_outputs(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:

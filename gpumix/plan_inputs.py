@@ -76,10 +76,11 @@ def measured_comm_s(snapshot: dict[str, Any], job: str) -> float | None:
 
 
 def plan_from_snapshot(snapshot: dict[str, Any], job: str | None = None, global_batch: int | None = None,
-                       gradient_bytes: float | None = None, granularity: int | None = None
-                       ) -> tuple[str, Plan]:
+                       gradient_bytes: float | None = None, granularity: int | None = None,
+                       exclude: frozenset[int] = frozenset()) -> tuple[str, Plan]:
     """(job, plan) for the running job; the global batch stays what it is unless given. The
-    granularity: as given, else what `gpumix run --granularity` said for the job, else 1."""
+    granularity: as given, else what `gpumix run --granularity` said for the job, else 1. Excluded
+    ranks get no samples: applied, the job restarts without them."""
     job = pick_job(snapshot, job)
     found = measures(snapshot, job)
     batch = global_batch or sum(m.current_samples for m in found)
@@ -89,5 +90,5 @@ def plan_from_snapshot(snapshot: dict[str, Any], job: str | None = None, global_
         raise PlanInputError("the ranks do not report their gradient size: pass --gradient-mb")
     granularity = granularity or ((snapshot.get("jobs") or {}).get(job) or {}).get("granularity") or 1
     request = PlanRequest(global_batch=batch, gradient_bytes=grad, granularity=int(granularity),
-                          measured_comm_s=measured_comm_s(snapshot, job))
+                          measured_comm_s=measured_comm_s(snapshot, job), exclude=exclude)
     return job, plan(found, request)

@@ -38,33 +38,62 @@ class RunPlan:
     plan_id: str
     global_batch: int
     shares: tuple[RankShare, ...]
+    # When the plan leaves ranks out: the kept ranks' GPUs (UUIDs), in the new rank order, and how
+    # many ranks the job had before. None / 0: the job keeps its ranks and GPUs.
+    gpus: tuple[str, ...] | None = None
+    ranks_before: int = 0
 
     @property
     def samples_per_rank(self) -> list[int]:
         return [share.samples for share in self.shares]
 
+    @property
+    def world_before(self) -> int:
+        """The ranks the running job has, which this plan was made for."""
+        return self.ranks_before or len(self.shares)
+
     def share(self, rank: int) -> RankShare:
         return self.shares[rank]
 
     def to_json(self) -> dict[str, Any]:
-        return {"plan_id": self.plan_id, "global_batch": self.global_batch,
-                "ranks": [asdict(share) for share in self.shares]}
+        data: dict[str, Any] = {"plan_id": self.plan_id, "global_batch": self.global_batch,
+                                "ranks": [asdict(share) for share in self.shares]}
+        if self.gpus is not None:
+            data["gpus"] = list(self.gpus)
+        if self.ranks_before:
+            data["ranks_before"] = self.ranks_before
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunPlan:
-        """From a plan file, or from the planner's JSON (whose ranks carry the same keys)."""
-        shares = tuple(
-            RankShare(rank=int(r["rank"]), samples=int(r["samples"]), micro_batch=int(r["micro_batch"]),
-                      accumulation_steps=int(r["accumulation_steps"]), loss_weight=float(r["loss_weight"]))
-            for r in sorted(data["ranks"], key=lambda r: int(r["rank"]))
-        )
-        if [s.rank for s in shares] != list(range(len(shares))):
+        """From a plan file, or from the planner's JSON (whose ranks carry the same keys). Ranks
+        with 0 samples (left out on purpose) are dropped and the rest renumbered in order; their
+        GPUs, where the planner names them, become `gpus`, so the relaunch runs on those alone."""
+        ranks = sorted(data["ranks"], key=lambda r: int(r["rank"]))
+        if [int(r["rank"]) for r in ranks] != list(range(len(ranks))):
             raise ValueError("a plan names every rank 0..R-1 once")
+        kept = [r for r in ranks if int(r["samples"]) != 0]
+        if not kept:
+            raise ValueError("a plan needs at least one rank with samples")
+        shares = tuple(
+            RankShare(rank=new_rank, samples=int(r["samples"]), micro_batch=int(r["micro_batch"]),
+                      accumulation_steps=int(r["accumulation_steps"]), loss_weight=float(r["loss_weight"]))
+            for new_rank, r in enumerate(kept)
+        )
         if any(s.samples < 1 or s.micro_batch * s.accumulation_steps != s.samples for s in shares):
             raise ValueError("every rank needs n_r >= 1 samples with n_r = m_r * k_r")
         if sum(s.samples for s in shares) != int(data["global_batch"]):
             raise ValueError("the ranks' samples must add up to the global batch")
-        return cls(plan_id=str(data.get("plan_id", "")), global_batch=int(data["global_batch"]), shares=shares)
+        gpus = data.get("gpus")
+        ranks_before = int(data.get("ranks_before") or 0)
+        if len(kept) < len(ranks):  # the planner's JSON: every rank of the job, some left out
+            ranks_before = len(ranks)
+            uuids = [r.get("gpu_uuid") for r in kept]
+            gpus = uuids if all(uuids) else None
+        if gpus is not None and (len(gpus) != len(shares) or not all(isinstance(g, str) and g for g in gpus)):
+            raise ValueError("'gpus' must name one GPU per rank")
+        return cls(plan_id=str(data.get("plan_id", "")), global_batch=int(data["global_batch"]), shares=shares,
+                   gpus=tuple(gpus) if gpus is not None else None, ranks_before=ranks_before)
 
     @classmethod
     def equal(cls, ranks: int, samples_per_rank: int, plan_id: str = "equal") -> RunPlan:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumix.hub.client import HubClient
+from gpumix.launch_command import with_process_count
 from gpumix.paths import runtime_dir
 from gpumix.run_plan import (
     CONTROL_DIR_ENV,
@@ -42,8 +43,12 @@ EXIT_TIMEOUT_S = 60.0
 
 class Supervisor:
     def __init__(self, command: list[str], job: str, hub: str | None, plan: RunPlan | None = None,
-                 control_dir: Path | None = None, say: Callable[[str], None] = print, granularity: int = 1) -> None:
+                 control_dir: Path | None = None, say: Callable[[str], None] = print, granularity: int = 1,
+                 world_from_plan: bool = False) -> None:
         self.command = command
+        # the job reads its rank count from the plan (the demo), so a plan with fewer ranks needs no new command
+        self.world_from_plan = world_from_plan
+        self.visible_gpus: tuple[str, ...] | None = None  # set by a plan that left GPUs out
         self.granularity = granularity  # re-plans give ranks multiples of this many samples
         self.job = job
         self.client = HubClient(hub) if hub else None
@@ -69,6 +74,8 @@ class Supervisor:
             env[PLAN_ENV] = str(plan_path)
         if self.client is not None:
             env["GPUMIX_HUB"] = self.client.socket_path
+        if self.visible_gpus is not None:  # the kept GPUs, by UUID, in rank order
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
         return env
 
     def _launch(self) -> None:
@@ -123,8 +130,17 @@ class Supervisor:
     def _restart(self, plan: RunPlan) -> None:
         ranks = self._ranks()
         world = len(plan.shares)
-        if len(ranks) != world:
-            self.message = f"restart refused: the plan has {world} ranks, {len(ranks)} report"
+        command = self.command
+        refusal = None
+        if len(ranks) != plan.world_before:
+            refusal = f"the plan is for {plan.world_before} ranks, {len(ranks)} report"
+        elif world != plan.world_before and not self.world_from_plan:
+            command = with_process_count(self.command, world)
+            if command is None:
+                refusal = (f"the plan keeps {world} of {plan.world_before} ranks, and the command names no"
+                           " --nproc_per_node or --num_gpus to change")
+        if refusal is not None:
+            self.message = f"restart refused: {refusal}"
             self.say(f"gpumix run: {self.message}")
             return
         step_s = max((r["step_time_s"] or 0.0) for r in ranks) or 1.0
@@ -138,10 +154,11 @@ class Supervisor:
         self.state, self.message = "stopping", f"all ranks stop after step {stop_after}, then checkpoint"
         self.say(f"gpumix run: {self.message}")
         self._report()
-        reports = self._await_checkpoints(restart_id, world, deadline_s=(stop_after - last_reported) * step_s + CHECKPOINT_TIMEOUT_S)
+        running = len(ranks)  # every rank running now checkpoints, also those the plan leaves out
+        reports = self._await_checkpoints(restart_id, running, deadline_s=(stop_after - last_reported) * step_s + CHECKPOINT_TIMEOUT_S)
         failed = [r for r in reports.values() if not r.get("ok")]
-        if len(reports) < world or failed:
-            why = "; ".join(r.get("error") or "?" for r in failed) or f"{world - len(reports)} rank(s) did not checkpoint in time"
+        if len(reports) < running or failed:
+            why = "; ".join(r.get("error") or "?" for r in failed) or f"{running - len(reports)} rank(s) did not checkpoint in time"
             write_json(self.folder / "decision.json", {"restart_id": restart_id, "decision": "continue"})
             (self.folder / "stop.json").unlink(missing_ok=True)
             self.state, self.message = "running", f"restart aborted, the run goes on unchanged: {why}"
@@ -152,7 +169,9 @@ class Supervisor:
         self.say(f"gpumix run: {self.message}")
         self._report()
         self._await_exit()
-        self.plan, self.resume_step = plan, stop_after
+        self.plan, self.resume_step, self.command = plan, stop_after, command
+        if plan.gpus is not None:
+            self.visible_gpus = plan.gpus
         self.restarts += 1
         self.process = None
         self._launch()

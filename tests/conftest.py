@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from gpumix.host import HostSample, HostSampler, ProcessSample
 from gpumix.hub import Hub
+from gpumix.hub.server import HubServer
 from gpumix.hw.open import Hardware, simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
 
@@ -90,3 +92,16 @@ def ticked_hub(hardware: Hardware, clock: ManualClock, ticks: int = 3, interval_
 @pytest.fixture
 def demo_hub(demo_hardware: Hardware, clock: ManualClock) -> Hub:
     return ticked_hub(demo_hardware, clock)
+
+
+@pytest.fixture
+def hub_socket(demo_hardware: Hardware, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Hub, str]]:
+    """A hub on the demo rig, served on a Unix socket (for supervisors and real training jobs)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    hub = Hub(demo_hardware)
+    hub.tick()
+    path = f"/tmp/gpumix-restart-{os.getpid()}.sock"
+    server = HubServer(hub, path)
+    server.start()
+    yield hub, path
+    server.stop()

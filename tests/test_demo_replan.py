@@ -62,3 +62,30 @@ async def test_split_screen_restarts_the_demo_and_removes_the_straggler(tmp_path
             assert max(shares[r] for r in (0, 1, 2)) < 40 < 90 < min(shares[r] for r in (7, 8, 9))
     finally:
         node.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
+    node = start_node(open_hardware(demo=True), f"/tmp/gpumix-demo-test7-{os.getpid()}.sock", interval_s=0.5, demo=True)
+    try:
+        app = GpumixApp(node.hub, interval_s=0.5)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(lambda: len(demo_ranks(node.hub)) == 10 and min(r["step"] or 0 for r in demo_ranks(node.hub)) >= 12, 90)
+            await pilot.pause(1.0)
+            before = node.hub.snapshot()["run"]
+            await pilot.press("s")
+            await until(lambda: isinstance(app.screen, PlanScreen), 10)
+            await pilot.click("#apply-without")  # offered: the planner finds the job faster without the 3060s
+            supervisor = node.demo.supervisor
+            await until(lambda: supervisor.restarts == 1, 60)
+            await until(lambda: len(demo_ranks(node.hub)) == 7
+                        and min(r["step"] or 0 for r in demo_ranks(node.hub)) >= supervisor.resume_step + 12, 60)
+            await pilot.pause(1.0)
+            snapshot = node.hub.snapshot()
+            on_gpus = {gpu["index"] for gpu in snapshot["gpus"] if gpu["ranks"]}
+            assert on_gpus == set(range(3, 10))
+            assert all(snapshot["gpus"][i]["util_gpu_pct"] < 5 for i in range(3))  # the 3060s are free for eval
+            assert snapshot["run"]["samples_per_s"] > 1.6 * before["samples_per_s"], (before, snapshot["run"])
+    finally:
+        node.stop()

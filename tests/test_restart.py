@@ -19,7 +19,6 @@ import pytest
 
 from gpumix.agent.batch_split import GlobalBatchSampler
 from gpumix.hub import Hub
-from gpumix.hub.server import HubServer
 from gpumix.supervisor import Supervisor
 from tests.conftest import wait_until
 
@@ -41,18 +40,6 @@ SECOND_PLAN = {"plan_id": "second", "global_batch": 24, "ranks": [
 def command(tmp_path: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
             str(ROOT / "examples" / "restartable_ddp.py"), "--steps", str(STEPS), "--dataset", "2400", *extra]
-
-
-@pytest.fixture
-def hub_socket(demo_hardware, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    hub = Hub(demo_hardware)
-    hub.tick()
-    path = f"/tmp/gpumix-restart-{os.getpid()}.sock"
-    server = HubServer(hub, path)
-    server.start()
-    yield hub, path
-    server.stop()
 
 
 def supervise(tmp_path: Path, socket_path: str, job_command: list[str]) -> tuple[Supervisor, dict]:
@@ -126,6 +113,46 @@ def test_restart_under_a_new_plan_continues_exactly(tmp_path: Path, hub_socket) 
     assert hub.snapshot()["jobs"]["t"]["restarts"] == 2
 
 
+LEAVE_RANK_2_OUT = {"plan_id": "two", "global_batch": 24, "ranks": [  # the planner's JSON, rank 2 excluded
+    {"rank": 0, "samples": 10, "micro_batch": 5, "accumulation_steps": 2, "loss_weight": 10 * 2 / 24},
+    {"rank": 1, "samples": 14, "micro_batch": 14, "accumulation_steps": 1, "loss_weight": 14 * 2 / 24},
+    {"rank": 2, "samples": 0, "micro_batch": 0, "accumulation_steps": 0, "loss_weight": 0.0},
+]}
+
+
+@pytest.mark.slow
+def test_a_plan_that_leaves_a_rank_out_relaunches_with_fewer_ranks(tmp_path: Path, hub_socket) -> None:
+    # `--nproc_per_node=3` becomes 2; the same global batch, so the run still ends where an
+    # uninterrupted 3-rank run does.
+    hub, socket_path = hub_socket
+    import subprocess
+
+    reference = subprocess.run(command(tmp_path, "--final", str(tmp_path / "reference.pt"), "--checkpoint",
+                                       str(tmp_path / "ref-ckpt.pt")),
+                               env={**os.environ, "GPUMIX_DISABLE": "1"}, capture_output=True, text=True, timeout=180)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    (tmp_path / "trace").mkdir()
+    supervisor, outcome = supervise(tmp_path, socket_path, command(
+        tmp_path, "--step-sleep", "0.1", "--trace", str(tmp_path / "trace"),
+        "--checkpoint", str(tmp_path / "ckpt.pt"), "--final", str(tmp_path / "final.pt")))
+    wait_for_step(hub, 8)
+    assert hub.request_restart("t", LEAVE_RANK_2_OUT)["ok"]
+    outcome["thread"].join(timeout=240)
+    assert outcome.get("code") == 0, supervisor.message
+    assert supervisor.restarts == 1 and "--nproc_per_node=2" in supervisor.command
+    stop = supervisor.resume_step
+    by_rank = traces(tmp_path / "trace")
+    assert [e["step"] for e in by_rank[2]] == list(range(stop))  # rank 2 ran until the stop, then no more
+    assert [e["step"] for e in by_rank[0]] == list(range(STEPS))
+    order = GlobalBatchSampler(2400, [24], 0, seed=7).permutation()
+    for step in range(stop, STEPS):
+        batch = [i for rank in (0, 1) for entry in by_rank[rank] if entry["step"] == step for i in entry["indices"]]
+        assert sorted(batch) == sorted(order[step * 24:(step + 1) * 24])
+    final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
+    for name, value in expected.items():
+        assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name
+
+
 @pytest.mark.slow
 def test_failed_checkpoint_aborts_the_restart_and_the_run_goes_on(tmp_path: Path, hub_socket) -> None:
     hub, socket_path = hub_socket
@@ -156,3 +183,5 @@ def test_restart_without_a_supervisor_or_with_a_bad_plan_is_refused(hub_socket) 
     hub.supervisor_poll("t", {"state": "running"})
     bad = {**NEW_PLAN, "global_batch": 25}
     assert not hub.request_restart("t", bad)["ok"]
+    nobody = {**NEW_PLAN, "ranks": [{**r, "samples": 0} for r in NEW_PLAN["ranks"]]}
+    assert "at least one rank" in hub.request_restart("t", nobody)["message"]

@@ -304,11 +304,29 @@ class GpumixApp(App[None]):
         self.call_from_thread(self._show_plan, data, snapshot)
 
     def _show_plan(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
-        def confirmed(yes: bool | None) -> None:
-            if yes:
+        def confirmed(choice: str | None) -> None:
+            if choice == "split":
                 self.send_control({"type": "replan", "job": plan["job"], "plan": plan})
+            elif choice == "without":
+                self.plan_without_tier(plan, snapshot)
 
         self.push_screen(PlanScreen(plan, snapshot), confirmed)
+
+    @work(thread=True, group="control")
+    def plan_without_tier(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
+        """The split over the ranks the best leave-one-tier-out option keeps; the others get none."""
+        from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
+        from gpumix.planner import plan_to_json
+
+        kept = set(plan["without_tier"]["ranks"])
+        left_out = frozenset(r["rank"] for r in plan["ranks"] if r["rank"] not in kept)
+        try:
+            job, without = plan_from_snapshot(snapshot, plan["job"], exclude=left_out)
+        except (PlanInputError, ValueError) as error:
+            self.call_from_thread(self.notify, f"no plan: {error}", severity="warning", timeout=8)
+            return
+        data = {**plan_to_json(without), "job": job, "plan_id": uuid.uuid4().hex[:8]}
+        self.call_from_thread(self.send_control, {"type": "replan", "job": job, "plan": data})
 
     @work(thread=True, group="control")
     def send_control(self, request: dict[str, Any]) -> None:

@@ -43,10 +43,16 @@ def plan_table(plan: dict[str, Any], snapshot: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class PlanScreen(ModalScreen[bool]):
-    """True: restart the job into the plan."""
+def leaving_out_is_faster(plan: dict[str, Any]) -> bool:
+    without = plan.get("without_tier")
+    return bool(without) and without["samples_per_s"] > plan["proposed"]["samples_per_s"]
 
-    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="plan.cancel")]
+
+class PlanScreen(ModalScreen[str | None]):
+    """"split": restart the job into the plan; "without": into the best plan without one tier;
+    None: nothing."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="plan.cancel")]
     DEFAULT_CSS = DIALOG_CSS.format(name="PlanScreen") + "PlanScreen VerticalScroll { height: auto; max-height: 17; }"
 
     def __init__(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
@@ -60,7 +66,10 @@ class PlanScreen(ModalScreen[bool]):
                 yield Static(plan_table(self.plan, self.snapshot), id="plan-text")
             with Horizontal():
                 yield Button("Restart into this split…", id="apply", variant="warning")
+                if leaving_out_is_faster(self.plan):
+                    tier = short_tier(self.plan["without_tier"]["tier_left_out"])
+                    yield Button(f"Restart without {tier}…", id="apply-without", variant="warning")
                 yield Button("Cancel", id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "apply")
+        self.dismiss({"apply": "split", "apply-without": "without"}.get(event.button.id or ""))

@@ -14,7 +14,7 @@ import threading
 from gpumix.demo.launch import SAMPLES_PER_RANK
 from gpumix.hub.core import Hub
 from gpumix.sim import job_model
-from gpumix.sim.machine import SimMachine, activity_for_step
+from gpumix.sim.machine import GpuActivity, SimMachine, activity_for_step
 from gpumix.supervisor import Supervisor
 
 JOB = "demo"
@@ -25,7 +25,7 @@ class DemoJob:
         self.hub = hub
         self.machine = machine
         command = [sys.executable, "-m", "gpumix.demo.launch", "--rig", rig_source, "--hub", hub_address]
-        self.supervisor = Supervisor(command, JOB, hub=hub_address, say=lambda _line: None)
+        self.supervisor = Supervisor(command, JOB, hub=hub_address, say=lambda _line: None, world_from_plan=True)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -37,15 +37,20 @@ class DemoJob:
         """Make the simulated GPUs follow the ranks: busy while computing their share, idle while waiting."""
         snapshot = self.hub.snapshot()
         ranks = {r["gpu_uuid"]: r for r in (snapshot or {}).get("ranks", []) if r.get("job") == JOB and r.get("connected")}
-        if len(ranks) < len(self.machine.gpus):
+        world = next((r.get("world_size") for r in ranks.values() if r.get("world_size")), len(self.machine.gpus))
+        if len(ranks) < world:
             self.machine.synthetic_job = True  # before the ranks report (and while they restart)
             return
         self.machine.synthetic_job = False
-        samples = [round(ranks[gpu.spec.uuid].get("samples") or SAMPLES_PER_RANK) for gpu in self.machine.gpus]
+        samples = [round(ranks[gpu.spec.uuid].get("samples") or SAMPLES_PER_RANK) if gpu.spec.uuid in ranks else 0
+                   for gpu in self.machine.gpus]  # a GPU a plan left out runs no rank
         timing = job_model.step_timing(self.machine.rank_loads(samples))
         for index, gpu in enumerate(self.machine.gpus):
-            rank = ranks[gpu.spec.uuid]
-            self.machine.set_activity(index, activity_for_step(timing, index, samples[index], len(samples),
+            rank = ranks.get(gpu.spec.uuid)
+            if rank is None:
+                self.machine.set_activity(index, GpuActivity())
+                continue
+            self.machine.set_activity(index, activity_for_step(timing, index, samples[index], world,
                                                                pids=[rank["pid"]] if rank.get("pid") else []))
 
     def stop(self) -> None:

@@ -30,7 +30,8 @@ ORPHAN_AFTER_POLLS = 5  # seconds without a hub before the demo ends itself
 
 
 def pace(rig: Rig, samples: list[int], caps_w: dict[str, float]) -> list[float]:
-    """Compute seconds per rank, then the all-reduce seconds the step waits for (the shared array's layout)."""
+    """Compute seconds per GPU of the rig (samples per GPU, 0 where no rank runs), then the
+    all-reduce seconds the step waits for (the shared array's layout)."""
     loads = [
         job_model.RankLoad(
             relative_speed=gpu.model.relative_speed,
@@ -50,10 +51,14 @@ def main() -> None:
     parser.add_argument("--hub", required=True)
     args = parser.parse_args()
     rig = load_builtin_rig(args.rig) if args.rig in BUILTIN_RIGS else load_rig(args.rig)
-    world = len(rig.gpus)
     plan_path = os.environ.get("GPUMIX_PLAN")
-    plan = load_plan(plan_path) if plan_path else RunPlan.equal(world, SAMPLES_PER_RANK)
-    samples = plan.samples_per_rank
+    plan = load_plan(plan_path) if plan_path else RunPlan.equal(len(rig.gpus), SAMPLES_PER_RANK)
+    world = len(plan.shares)  # a plan may leave GPUs out: it names the ones it keeps
+    uuids = [gpu.uuid for gpu in rig.gpus]
+    gpu_of_rank = [uuids.index(uuid) for uuid in plan.gpus] if plan.gpus else list(range(world))
+    samples = [0] * len(rig.gpus)
+    for rank, index in enumerate(gpu_of_rank):
+        samples[index] = plan.share(rank).samples
 
     from gpumix.demo.rank import run_rank
 
@@ -63,7 +68,8 @@ def main() -> None:
     stop = context.Event()
     ranks = [
         context.Process(target=run_rank, name=f"gpumix-demo-rank{rank}", daemon=True,
-                        args=(rank, world, rig.gpus[rank].uuid, args.hub, plan.share(rank), shared_pace, barrier, stop))
+                        args=(rank, world, gpu_of_rank[rank], rig.gpus[gpu_of_rank[rank]].uuid, args.hub,
+                              plan.share(rank), shared_pace, barrier, stop))
         for rank in range(world)
     ]
     for process in ranks:

@@ -28,8 +28,10 @@ def demo_loss(step: int, noise: random.Random) -> float:
     return 2.4 * math.exp(-step / 400) + 0.3 + noise.uniform(-0.03, 0.03)
 
 
-def run_rank(rank: int, world: int, gpu_uuid: str, hub: str, share: RankShare, pace: Any, barrier: Any, stop: Any) -> None:
-    """`pace[rank]` = compute seconds of this rank's step, `pace[world]` = the all-reduce seconds the step waits for."""
+def run_rank(rank: int, world: int, gpu: int, gpu_uuid: str, hub: str, share: RankShare, pace: Any, barrier: Any,
+             stop: Any) -> None:
+    """`pace[gpu]` = compute seconds of this rank's step on its GPU, `pace[-1]` = the all-reduce seconds
+    the step waits for."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), GPUMIX_GPU_UUID=gpu_uuid)
     import gpumix.agent
 
@@ -45,10 +47,10 @@ def run_rank(rank: int, world: int, gpu_uuid: str, hub: str, share: RankShare, p
         while not stop.is_set():
             time.sleep(DATA_WAIT_S)
             with agent.step(samples=share.samples) as record:
-                time.sleep(pace[rank] * noise.uniform(0.98, 1.02))
+                time.sleep(pace[gpu] * noise.uniform(0.98, 1.02))
                 comm_start = time.perf_counter()
                 barrier.wait(timeout=30)
-                time.sleep(pace[world])
+                time.sleep(pace[len(pace) - 1])
                 record.comm_s = time.perf_counter() - comm_start
                 record.loss = demo_loss(step, noise)
                 record.lr = 0.1 * min(1.0, (step + 1) / 100)

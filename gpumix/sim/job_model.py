@@ -91,10 +91,11 @@ def exposed_comm_seconds(slowest_compute_s: float, allreduce_s: float, gradient_
 
 
 def step_timing(loads: Sequence[RankLoad], gradient_bytes: float = GRADIENT_BYTES) -> StepTiming:
+    """One step; a GPU with 0 samples is not in the job (left out by a plan): no compute, no all-reduce."""
     compute = tuple(
         load.samples / (BASE_SAMPLES_PER_S * load.relative_speed * load.power_factor) for load in loads
     )
-    allreduce = allreduce_seconds([load.link_bytes_per_s for load in loads], gradient_bytes)
+    allreduce = allreduce_seconds([load.link_bytes_per_s for load in loads if load.samples > 0], gradient_bytes)
     slowest = max(compute, default=0.0)
     waits = exposed_comm_seconds(slowest, allreduce, gradient_bytes)
     return StepTiming(compute_s=compute, allreduce_s=allreduce, comm_wait_s=waits, step_s=slowest + waits)
