@@ -41,8 +41,10 @@ def _round_shares(total: int, shares: list[float]) -> list[int]:
 
 
 def deepspeed_split(plan: dict[str, Any]) -> dict[str, Any]:
-    """From the planner's JSON: a common k and per-rank m_r (n_r = m_r * k), with loss weights."""
-    ranks = sorted(plan["ranks"], key=lambda r: r["rank"])
+    """From the planner's JSON: a common k and per-rank m_r (n_r = m_r * k), with loss weights.
+    Ranks the plan leaves out (0 samples) are dropped and the rest renumbered, as the relaunch does."""
+    ranks = [{**r, "rank": new} for new, r in
+             enumerate(r for r in sorted(plan["ranks"], key=lambda r: r["rank"]) if r["samples"] > 0)]
     B, R = plan["global_batch"], len(ranks)
     if B < R:
         raise ValueError("the global batch is smaller than the number of ranks")

@@ -55,6 +55,17 @@ def test_configs_per_rank(tmp_path: Path) -> None:
     assert [c["train_batch_size"] for c in configs] == [c["train_micro_batch_size_per_gpu"] * 2 * 3 for c in configs]
 
 
+def test_ranks_left_out_get_no_config() -> None:
+    data = planner_json([1, 1, 62, 102], [1, 1, 1, 1])
+    for left_out in data["ranks"][:2]:
+        left_out.update(samples=0, micro_batch=0, accumulation_steps=0)
+    data["global_batch"] = 164
+    split = deepspeed_split(data)
+    assert [r["rank"] for r in split["ranks"]] == [0, 1]  # renumbered, as the relaunch numbers them
+    assert sum(r["samples"] for r in split["ranks"]) == 164
+    assert all(r["loss_weight"] == pytest.approx(r["samples"] * 2 / 164) for r in split["ranks"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ddp", "deepspeed"])
 def test_unequal_split_gives_the_full_batch_update(mode: str, tmp_path: Path) -> None:
