@@ -90,6 +90,13 @@ def test_merges_gpus_ranks_and_findings(nodes: TwoNodes) -> None:
     assert sum(t["count"] for t in snapshot["tiers"]) == 4
     # series route to the owning node, in its own numbering
     assert nodes.source.series(2, "power_w") == nodes.hubs[1].series(0, "power_w")
+    # the node shows where a GPU is named: the detail panel and --once's text
+    from gpumix.tui.main import text_summary
+    from gpumix.tui.panels import detail_text
+
+    assert detail_text(snapshot["gpus"][2], nodes.source.series, width=120).startswith("GPU 2 on node2 (its GPU 0) ")
+    assert [line.split("]")[0] for line in text_summary(snapshot).splitlines()[1:]] == [
+        "[node1/0", "[node1/1", "[node2/0", "[node2/1"]
 
 
 def caps(hub: Hub) -> list[float]:

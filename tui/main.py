@@ -49,11 +49,12 @@ def text_summary(snapshot: dict[str, Any]) -> str:
 
     lines = [f"{snapshot['hostname']}  {snapshot['source']}  driver {snapshot['driver']['driver_version']}"]
     for gpu in snapshot["gpus"]:
+        label = f"{gpu['node']}/{gpu['node_index']}" if gpu.get("node") else str(gpu["index"])  # several hubs
         if gpu["lost"]:
-            lines.append(f"[{gpu['index']}] {gpu['tier']:<14} LOST")
+            lines.append(f"[{label}] {gpu['tier']:<14} LOST")
             continue
         lines.append(
-            f"[{gpu['index']}] {gpu['tier']:<14} {fmt.pct(gpu['util_gpu_pct']):>4}"
+            f"[{label}] {gpu['tier']:<14} {fmt.pct(gpu['util_gpu_pct']):>4}"
             f" {fmt.mem_used_total(gpu['mem_used_bytes'], gpu['mem_total_bytes']):>10}"
             f" {fmt.power_draw_cap(gpu['power_w'], gpu['power_cap_w']):>10} {fmt.celsius(gpu['temperature_c']):>4}"
             f" pcie {link_label(gpu):<10} rx {fmt.rate(gpu['pcie_rx_bytes_per_s']):>5}/s tx {fmt.rate(gpu['pcie_tx_bytes_per_s']):>5}/s"

@@ -61,7 +61,8 @@ def _fit(line: str, width: int) -> str:
 def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, spark_width: int = 15) -> str:
     """Five lines for the selected GPU, with history sparklines, and its processes."""
     index = gpu["index"]
-    head = f"GPU {index} {gpu['name']} · {gpu['pci_bus_id'] or fmt.NA} · {gpu['uuid']}"
+    where = f" on {gpu['node']} (its GPU {gpu['node_index']})" if gpu.get("node") else ""  # several hubs
+    head = f"GPU {index}{where} {gpu['name']} · {gpu['pci_bus_id'] or fmt.NA} · {gpu['uuid']}"
     if gpu["lost"]:
         lines = [head, " GPU is lost (NVML: GPU is lost): it fell off the bus or needs a reset."]
         return "\n".join(_fit(line, width) for line in lines)
