@@ -67,8 +67,9 @@ class PlanScreen(ModalScreen[str | None]):
             with Horizontal():
                 yield Button("Restart into this split…", id="apply", variant="warning")
                 if leaving_out_is_faster(self.plan):
-                    tier = short_tier(self.plan["without_tier"]["tier_left_out"])
-                    yield Button(f"Restart without {tier}…", id="apply-without", variant="warning")
+                    without = self.plan["without_tier"]
+                    label = f"Without {short_tier(without['tier_left_out'])}: {without['samples_per_s']:.0f}/s…"
+                    yield Button(label, id="apply-without", variant="warning")
                 yield Button("Cancel", id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
