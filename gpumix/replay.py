@@ -4,7 +4,9 @@
 control()) plus the controls of a player: pause, seek, speed. Positions are the
 recording's own times (the snapshots' `timestamp_s`); playing moves the position
 at `speed` recorded seconds per real second. Controls are refused: a replay is
-read-only.
+read-only. A recording still being written is followed: every REFRESH_S the
+index of snapshots is read again, so the end moves on and a player at the end
+shows the newest (as `tail -f` does).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gpumix.recorder import GPU_FIELDS, RecordingError, connect
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 HISTORY_S = 600.0  # recorded seconds behind the position that the charts show
+REFRESH_S = 2.0  # how often a replay looks for snapshots recorded since (the index is a few ms to read)
 READ_ONLY_REPLY = {"type": "power_result", "ok": False, "message": "replay: read-only", "changes": []}
 
 
@@ -38,19 +41,41 @@ class ReplaySource:
         self._lock = threading.Lock()
         self._conn = connect(self.path, readonly=True)
         try:
-            rows = self._conn.execute("SELECT t, rowid FROM snapshots ORDER BY t, rowid").fetchall()
-            self._zdicts = dict(self._conn.execute("SELECT id, data FROM zdicts").fetchall())
+            self._read_index()
         except sqlite3.DatabaseError as error:
             raise RecordingError(f"{self.path} is not a gpumix recording ({error})") from None
-        if not rows:
+        if not self.times:
             raise RecordingError(f"{self.path} holds no snapshots yet")
-        self.times = [row[0] for row in rows]
-        self._rowids = [row[1] for row in rows]
-        self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self.speed = 1.0
         self.paused = False
         self._anchor_pos = self.times[0]
         self._anchor_clock = clock()
+        self._refreshed_at = clock()
+
+    def _read_index(self) -> None:
+        rows = self._conn.execute("SELECT t, rowid FROM snapshots ORDER BY t, rowid").fetchall()
+        self._zdicts = dict(self._conn.execute("SELECT id, data FROM zdicts").fetchall())
+        self.times = [row[0] for row in rows]
+        self._rowids = [row[1] for row in rows]
+        self._cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
+
+    def refresh(self) -> bool:
+        """Read the index again if REFRESH_S passed: the recorder may have added snapshots, or
+        thinned old ones (which renumbers). True if it changed."""
+        now = self._clock()
+        with self._lock:
+            if now - self._refreshed_at < REFRESH_S:
+                return False
+            self._refreshed_at = now
+            position, count, last = self._position(), len(self.times), self._rowids[-1]
+            try:
+                self._read_index()
+            except sqlite3.DatabaseError:  # the writer holds a lock this moment: next time
+                return False
+            if not self.times:  # emptied under us: nothing better to show than before
+                return False
+            self._anchor_pos, self._anchor_clock = position, now  # the same place, playing on from here
+            return len(self.times) != count or self._rowids[-1] != last
 
     # -- the player --------------------------------------------------------------------
 
@@ -121,6 +146,7 @@ class ReplaySource:
 
     def snapshot(self) -> dict[str, Any] | None:
         """The last recorded snapshot at or before the position (the same object until it changes)."""
+        self.refresh()
         index = max(0, bisect.bisect_right(self.times, self.position_s) - 1)
         return self.snapshot_at(index)
 
@@ -130,8 +156,14 @@ class ReplaySource:
             if cached is not None:
                 self._cache.move_to_end(index)
                 return cached
-            zdict_id, blob = self._conn.execute(
+            row = self._conn.execute(
                 "SELECT zdict, data FROM snapshots WHERE rowid = ?", (self._rowids[index],)).fetchone()
+            if row is None:  # the recorder thinned old snapshots since the index was read
+                self._read_index()
+                index = min(max(0, bisect.bisect_right(self.times, self._position()) - 1), len(self.times) - 1)
+                row = self._conn.execute(
+                    "SELECT zdict, data FROM snapshots WHERE rowid = ?", (self._rowids[index],)).fetchone()
+        zdict_id, blob = row
         zdict = self._zdicts.get(zdict_id)
         decompressor = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
         snapshot = json.loads(decompressor.decompress(blob) + decompressor.flush())

@@ -123,3 +123,28 @@ def test_replay_of_something_else_is_one_line(tmp_path: Path, capsys) -> None:
         assert exit_info.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("gpumix-top: ")
+
+
+def test_a_recording_still_being_written_is_followed(demo_hardware, clock: ManualClock, tmp_path: Path) -> None:
+    from gpumix.replay import REFRESH_S
+
+    path = tmp_path / "live.sqlite"
+    hub, recorder = recorded_hub(demo_hardware, clock, path, ticks=10)
+    assert recorder.flush()
+    player_clock = ManualClock(0.0)
+    source = ReplaySource(path, clock=player_clock)
+    first_end = source.end_s
+    source.seek_to(first_end)  # watching the newest, as `tail -f`
+    assert hub.control({"type": "power", "action": "set", "gpus": [0], "watts": 120})["ok"]
+    for _ in range(10):  # the hub goes on recording while we watch
+        hub.tick()
+        clock.advance(1.0)
+    assert recorder.flush()
+    assert source.snapshot()["gpus"][0]["power_cap_w"] == 170  # not looked again yet
+    player_clock.advance(REFRESH_S)
+    source.snapshot()
+    assert source.end_s > first_end + 8 and len(source.times) >= 20
+    player_clock.advance(60)  # playing on at 1x reaches the new end
+    assert source.snapshot()["gpus"][0]["power_cap_w"] == 120 and source.at_end
+    recorder.close()
+    source.close()
