@@ -119,8 +119,23 @@ def test_power_routes_to_the_owning_node(nodes: TwoNodes) -> None:
     assert both["ok"], both
     assert {c["node"] for c in both["changes"]} == {"node1", "node2"}
     assert nodes.source.control({"type": "power", "action": "set", "gpus": [9], "watts": 200})["ok"] is False
-    fit = nodes.source.control({"type": "power", "action": "fit", "dry_run": True})
-    assert fit["ok"] is False and "per node" in fit["message"]
+    one_budget = nodes.source.control({"type": "power", "action": "fit", "budget_w": 900, "dry_run": True})
+    assert one_budget["ok"] is False and "name the node" in one_budget["message"]
+
+
+def test_fit_fits_each_node_to_its_own_budget(nodes: TwoNodes) -> None:
+    # Each machine has its own PSU (650 W and 850 W here): one fit proposes caps for both, as the TUI's `b`.
+    nodes.source.snapshot()
+    proposal = nodes.source.control({"type": "power", "action": "fit", "dry_run": True})
+    assert proposal["ok"], proposal
+    assert [(g["index"], g["node"]) for g in proposal["fit"]["gpus"]] == [
+        (0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")]
+    assert proposal["fit"]["budget_w"] == 650 + 850 and "node1: " in proposal["message"]
+    caps = {str(g["index"]): g["new_w"] for g in proposal["fit"]["gpus"]}
+    assert nodes.source.control({"type": "power", "action": "caps", "caps": caps})["ok"]
+    for hub, budget in zip(nodes.hubs, (650, 850), strict=True):
+        assert sum(c for c in [g["power_cap_w"] for g in hub.tick()["gpus"]]) <= budget + 1e-6
+    assert nodes.source.control({"type": "power", "action": "fit", "node": "node9"})["ok"] is False
 
 
 def test_replan_routes_to_the_supervisors_node(nodes: TwoNodes) -> None:

@@ -214,11 +214,15 @@ class MultiHubSource:
                     return _refused(request, f"no GPU {key!r} on the attached nodes")
                 split.setdefault(route[0], dict(request, caps={}))["caps"][str(route[1])] = watts
         elif action == "fit":
+            # Each node has its own PSU: without a node named, every node fits its own budget.
             node = request.get("node")
             targets = [i for i, name in enumerate(names) if name == node] if node else list(range(len(self.sources)))
-            if len(targets) != 1:
-                return _refused(request, "power budgets are per node: fit one node at a time (its hub, or 'node')")
-            split[targets[0]] = {k: v for k, v in request.items() if k != "node"}
+            if not targets:
+                return _refused(request, f"no node {node!r} (nodes: {', '.join(names)})")
+            if len(targets) > 1 and request.get("budget_w") is not None:
+                return _refused(request, "a budget in watts is one node's power supply: name the node")
+            for target in targets:
+                split[target] = {k: v for k, v in request.items() if k != "node"}
         else:
             return _refused(request, f"unknown power action {action!r}")
         down = [names[i] for i in split if not self.reachable[i]]
@@ -249,9 +253,20 @@ class MultiHubSource:
                                for g in fit.get("gpus", [])]
                 result["fit"] = fit
             return result
-        return {"type": "power_result", "ok": all(r.get("ok") for r in replies.values()),
-                "message": "; ".join(f"{names[node]}: {r.get('message')}" for node, r in replies.items()),
-                "changes": changes}
+        merged = {"type": "power_result", "ok": all(r.get("ok") for r in replies.values()),
+                  "message": "; ".join(f"{names[node]}: {r.get('message')}" for node, r in replies.items()),
+                  "changes": changes}
+        fits = {node: r["fit"] for node, r in replies.items() if isinstance(r.get("fit"), dict)}
+        if fits and len(fits) == len(replies):  # every node fitted its own budget: one proposal to show
+            merged["fit"] = {
+                "budget_w": sum(f.get("budget_w") or 0.0 for f in fits.values()),
+                "caps_before_w": sum(f.get("caps_before_w") or 0.0 for f in fits.values()),
+                "caps_after_w": sum(f.get("caps_after_w") or 0.0 for f in fits.values()),
+                "throughput_kept": min(f.get("throughput_kept", 1.0) for f in fits.values()),
+                "gpus": [dict(g, index=back.get((node, g.get("index")), g.get("index")), node=names[node])
+                         for node, f in fits.items() for g in f.get("gpus", [])],
+            }
+        return merged
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
