@@ -5,7 +5,10 @@ TCP connection presents the shared token in its hello. A TCP client also
 sends a nonce, and the hub answers with a `welcome` carrying its own; each
 control it sends then carries a strictly increasing counter and an
 HMAC-SHA256 (keyed by the token) over both nonces, the counter and the
-request's canonical JSON. A replayed or altered control is refused.
+request's canonical JSON. A replayed or altered control is refused. With
+`tls://HOST:PORT` the same protocol runs inside TLS (the hub started with
+--tls-cert/--tls-key; clients verify its certificate against $GPUMIX_TLS_CA,
+or the system's CAs), so the traffic is private too.
 
 Standard library only: the agent imports this inside training processes.
 """
@@ -19,6 +22,7 @@ import json
 import os
 import secrets
 import socket
+import ssl
 import stat
 import struct
 from pathlib import Path
@@ -26,6 +30,8 @@ from typing import Any
 
 TOKEN_ENV = "GPUMIX_TOKEN"
 TCP_SCHEME = "tcp://"
+TLS_SCHEME = "tls://"
+TLS_CA_ENV = "GPUMIX_TLS_CA"  # the CA file (or the hub's own certificate) clients trust
 DEFAULT_TCP_HOST = "127.0.0.1"
 NONCE_BYTES = 16
 CONTROL_TYPES = {"power", "replan", "supervisor"}  # requests that change something (or could)
@@ -91,7 +97,12 @@ def tokens_match(given: Any, token: str) -> bool:
 
 
 def is_tcp(address: str) -> bool:
-    return address.startswith(TCP_SCHEME)
+    """A network address (plain or TLS): the token and signed controls apply."""
+    return address.startswith((TCP_SCHEME, TLS_SCHEME))
+
+
+def is_tls(address: str) -> bool:
+    return address.startswith(TLS_SCHEME)
 
 
 def split_host_port(text: str, default_host: str | None = None) -> tuple[str, int]:
@@ -108,7 +119,19 @@ def split_host_port(text: str, default_host: str | None = None) -> tuple[str, in
 
 
 def tcp_address(address: str) -> tuple[str, int]:
-    return split_host_port(address[len(TCP_SCHEME):])
+    return split_host_port(address.split("://", 1)[1])
+
+
+def client_tls_context() -> ssl.SSLContext:
+    """Verify the hub's certificate and name: against $GPUMIX_TLS_CA if set, else the system's CAs."""
+    return ssl.create_default_context(cafile=os.environ.get(TLS_CA_ENV) or None)
+
+
+def server_tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    return context
 
 
 def is_loopback(host: str) -> bool:
@@ -123,7 +146,15 @@ def is_loopback(host: str) -> bool:
 def open_socket(address: str, timeout_s: float) -> socket.socket:
     """A connected socket to a hub: `tcp://HOST:PORT` or a Unix socket path."""
     if is_tcp(address):
-        return socket.create_connection(tcp_address(address), timeout=timeout_s)
+        host, port = tcp_address(address)
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        if not is_tls(address):
+            return sock
+        try:
+            return client_tls_context().wrap_socket(sock, server_hostname=host)
+        except BaseException:  # ssl.SSLError (a bad certificate) is an OSError: callers back off and say why
+            sock.close()
+            raise
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:

@@ -197,7 +197,7 @@ def run_hub(args: argparse.Namespace) -> int:
     from gpumix.hub.server import HubAlreadyRunning
 
     metrics_address = check_prometheus(PROG, args)
-    tcp, token = tcp_settings(PROG, args)
+    tcp, token, tls = tcp_settings(PROG, args)
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except (NoDriverError, RigError) as error:
@@ -207,7 +207,7 @@ def run_hub(args: argparse.Namespace) -> int:
     try:
         socket_path = args.socket or unix_socket_path(default_hub_address())
         node = start_node(hardware, socket_path, interval_s=args.interval,
-                          history_s=args.history_minutes * 60, demo=args.demo, tcp=tcp, token=token)
+                          history_s=args.history_minutes * 60, demo=args.demo, tcp=tcp, token=token, tls=tls)
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub: {error}")
     recorder = metrics = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 
 from gpumix import auth
@@ -15,12 +16,20 @@ def add_tcp_flags(parser: OneLineParser) -> None:
                         help="also listen on TCP (HOST defaults to 127.0.0.1); clients need the token")
     parser.add_argument("--token-file", metavar="FILE",
                         help="the shared token (default: $XDG_CONFIG_HOME/gpumix/token, created at first use)")
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve --tcp inside TLS with this certificate (PEM)")
+    parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
 
 
-def tcp_settings(prog: str, args: argparse.Namespace) -> tuple[tuple[str, int] | None, str | None]:
-    """(host, port) and the token for `--tcp`, or (None, None); one-line errors for the user's mistakes."""
+def tcp_settings(prog: str, args: argparse.Namespace
+                 ) -> tuple[tuple[str, int] | None, str | None, ssl.SSLContext | None]:
+    """(host, port), the token and the TLS context for `--tcp`, or Nones; one-line errors for the
+    user's mistakes."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        fail(prog, "--tls-cert and --tls-key go together")
+    if args.tls_cert and not args.tcp:
+        fail(prog, "--tls-cert needs --tcp (TLS protects the TCP listener)")
     if not args.tcp:
-        return None, None
+        return None, None, None
     try:
         host, port = auth.split_host_port(args.tcp, default_host=auth.DEFAULT_TCP_HOST)
     except ValueError as error:
@@ -29,10 +38,17 @@ def tcp_settings(prog: str, args: argparse.Namespace) -> tuple[tuple[str, int] |
         token = auth.load_or_create_token(args.token_file)
     except OSError as error:  # TokenError included: group/other-readable, missing folder rights
         fail(prog, f"cannot use the token: {error}")
-    if not auth.is_loopback(host):
-        print(f"{prog}: warning: listening on {host}:{port}: the token is the only protection;"
-              " use it on a trusted network only", file=sys.stderr, flush=True)
-    return (host, port), token
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = auth.server_tls_context(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as error:  # missing file, not PEM, key and certificate apart
+            fail(prog, f"cannot use the TLS certificate: {error}")
+    if not auth.is_loopback(host) and tls is None:
+        print(f"{prog}: warning: listening on {host}:{port} without TLS: the token is the only protection"
+              " and the traffic is readable; use it on a trusted network only (or --tls-cert/--tls-key)",
+              file=sys.stderr, flush=True)
+    return (host, port), token, tls
 
 
 def unix_socket_path(address: str) -> str:

@@ -27,6 +27,10 @@ from tests.conftest import FixedHostSampler, wait_until
 TOKEN = "ab" * 32
 
 
+def tcp_args(**given: Any) -> argparse.Namespace:
+    return argparse.Namespace(**{"tcp": None, "token_file": None, "tls_cert": None, "tls_key": None, **given})
+
+
 @pytest.fixture
 def folder() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="gmx", dir="/tmp")  # short: Unix socket paths are limited
@@ -107,15 +111,15 @@ def test_tcp_off_by_default(demo_hardware: Any, folder: str) -> None:
 def test_tcp_flag_defaults_to_loopback_and_creates_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    tcp, token = tcp_settings("gpumix", argparse.Namespace(tcp="7070", token_file=None))
-    assert tcp == ("127.0.0.1", 7070)
+    tcp, token, tls = tcp_settings("gpumix", tcp_args(tcp="7070"))
+    assert tcp == ("127.0.0.1", 7070) and tls is None
     token_path = tmp_path / "config" / "gpumix" / "token"
     assert token == token_path.read_text().strip() and len(bytes.fromhex(token)) == 32
     assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
     assert stat.S_IMODE(token_path.parent.stat().st_mode) == 0o700
     assert "warning" not in capsys.readouterr().err
     # the same token on the next start; an explicit address is allowed, with a warning
-    tcp, again = tcp_settings("gpumix", argparse.Namespace(tcp="0.0.0.0:7071", token_file=None))
+    tcp, again, _ = tcp_settings("gpumix", tcp_args(tcp="0.0.0.0:7071"))
     assert tcp == ("0.0.0.0", 7071) and again == token
     err = capsys.readouterr().err
     assert "the token is the only protection" in err and err.count("\n") == 1
@@ -134,7 +138,7 @@ def test_token_file_readable_by_others_is_refused(tmp_path: Path, capsys: pytest
     with pytest.raises(auth.TokenError, match="readable by group/others"):
         auth.read_token(token_file)
     with pytest.raises(SystemExit):
-        tcp_settings("gpumix", argparse.Namespace(tcp="0", token_file=str(token_file)))
+        tcp_settings("gpumix", tcp_args(tcp="0", token_file=str(token_file)))
     err = capsys.readouterr().err
     assert "readable by group/others" in err and err.count("\n") == 1
     token_file.chmod(0o600)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -46,10 +47,10 @@ def demo_socket_path() -> str:
 
 def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, history_s: float = 600.0,
                demo: bool = False, sample_in_thread: bool = True, tcp: tuple[str, int] | None = None,
-               token: str | None = None) -> Node:
+               token: str | None = None, tls: ssl.SSLContext | None = None) -> Node:
     """Start hub, server and (with demo) the demo job. Raises HubAlreadyRunning or OSError."""
     hub = Hub(hardware, interval_s=interval_s, history_s=history_s)
-    server = HubServer(hub, socket_path, tcp=tcp, token=token)
+    server = HubServer(hub, socket_path, tcp=tcp, token=token, tls=tls)
     server.start()
     node = Node(hub=hub, server=server)
     try:

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import threading
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ async def read_message(reader: asyncio.StreamReader, allowed: set[str]) -> dict[
 
 class HubServer:
     def __init__(self, hub: Hub, socket_path: str | Path, tcp: tuple[str, int] | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         if tcp is not None and not token:
             raise ValueError("a hub on TCP needs a token")
         self.hub = hub
@@ -62,6 +63,7 @@ class HubServer:
         self.tcp = tcp  # (host, port) to listen on as well, or None: TCP is off unless asked
         self.tcp_port: int | None = None  # the port bound (port 0 picks one)
         self._token = token
+        self._tls = tls  # TCP inside TLS when given
         self._tcp_server: asyncio.base_events.Server | None = None
         self.refused_reasons: list[str] = []  # controls refused (bad mac, replay, read-only), bounded
         self.closed_reasons: list[str] = []  # last reasons connections were closed for (bounded)
@@ -107,7 +109,7 @@ class HubServer:
         os.chmod(self.socket_path, 0o600)
         if self.tcp is not None:
             host, port = self.tcp
-            self._tcp_server = await asyncio.start_server(self._handle_tcp, host=host, port=port)
+            self._tcp_server = await asyncio.start_server(self._handle_tcp, host=host, port=port, ssl=self._tls)
             self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
