@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=32, help="hidden width (4096+ makes a GPU work)")
     parser.add_argument("--layers", type=int, default=1, help="hidden layers")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--slow-rank", type=int, help="this rank computes slower, as a weaker GPU would (tests)")
+    parser.add_argument("--slow-s-per-sample", type=float, default=0.0, help="the slow rank's extra seconds per sample")
     args = parser.parse_args()
 
     cuda = torch.cuda.is_available()
@@ -99,6 +101,8 @@ def main() -> None:
                 weight = share.loss_weight * len(micro) / share.samples
                 last = number == len(micro_batches) - 1
                 with contextlib.nullcontext() if last else ddp.no_sync():  # one all-reduce per step
+                    if rank == args.slow_rank:
+                        time.sleep(args.slow_s_per_sample * len(micro))
                     loss = torch.nn.functional.mse_loss(ddp(x), y)
                     (loss * weight).backward()
                 total += loss.item() * len(micro) / share.samples

@@ -62,12 +62,18 @@ def build_parser() -> OneLineParser:
                              " also GPUMIX_4090_P2P_MIN_DRIVER)")
     add_plan_parser(commands)
     run = commands.add_parser("run", help="supervise a training job; restart it under a new plan on request",
-                              usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] [--granularity N] -- COMMAND ...")
+                              usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] [--granularity N] [--auto-replan] -- COMMAND ...")
     run.add_argument("--job", help="the job's name (default: the script's name)")
     run.add_argument("--plan", metavar="FILE", help="start with this plan (JSON from `gpumix plan --json`)")
     run.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
     run.add_argument("--granularity", type=positive_int, default=1, metavar="N",
                      help="re-plans give each rank a multiple of N samples (e.g. 64: GPUs compute whole tiles)")
+    run.add_argument("--auto-replan", action="store_true",
+                     help="re-plan and restart by itself when a split is predicted faster (never leaves ranks out)")
+    run.add_argument("--auto-replan-min-speedup", type=positive_float, default=1.05, metavar="X",
+                     help="the predicted speedup an automatic re-plan needs (default 1.05)")
+    run.add_argument("--auto-replan-max", type=positive_int, default=3, metavar="N",
+                     help="automatic re-plans at most (default 3)")
     run.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
     hub = commands.add_parser("hub", help="run this node's hub headless (history survives a closed TUI)")
     source = hub.add_mutually_exclusive_group()
@@ -171,6 +177,7 @@ def wait_for_restart(hub: object, job: str, timeout_s: float) -> None:
 
 
 def run_supervised(args: argparse.Namespace) -> int:
+    from gpumix.auto_replan import AutoReplan
     from gpumix.run_plan import load_plan
     from gpumix.supervisor import Supervisor
 
@@ -183,7 +190,9 @@ def run_supervised(args: argparse.Namespace) -> int:
         fail(PROG, f"{args.plan}: not a usable plan: {error}")
     job = args.job or Path(next((part for part in reversed(command) if part.endswith(".py")), command[0])).stem
     supervisor = Supervisor(command, job, hub=args.hub or default_hub_address(), plan=plan,
-                            say=lambda line: print(line, file=sys.stderr, flush=True), granularity=args.granularity)
+                            say=lambda line: print(line, file=sys.stderr, flush=True), granularity=args.granularity,
+                            auto_replan=AutoReplan(args.auto_replan_min_speedup, args.auto_replan_max)
+                            if args.auto_replan else None)
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop())
     try:

@@ -8,6 +8,8 @@ from typing import Any
 from gpumix.planner import Plan, PlanRequest, RankMeasure, estimate_mem_per_sample, plan
 from gpumix.sim.job_model import LINK_EFFICIENCY
 
+MIN_COMPUTE_SHARE = 0.01
+
 
 class PlanInputError(ValueError):
     """Not enough measured to plan; str() is the one line shown."""
@@ -50,7 +52,10 @@ def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
             raise PlanInputError(f"rank {rank['rank']} has not reported samples per step yet")
         gpu = gpus.get(rank.get("gpu_uuid") or "", {})
         link = (gpu.get("pcie_link_bytes_per_s_max") or 0.0) * LINK_EFFICIENCY
-        compute_share = (rank["compute_s"] / rank["step_time_s"]) if rank.get("compute_s") and rank.get("step_time_s") else None
+        compute_share = None
+        if rank.get("compute_s") is not None and rank.get("step_time_s"):
+            # a rank that spends the whole step waiting is far faster than the step says, but not infinitely
+            compute_share = max(rank["compute_s"] / rank["step_time_s"], MIN_COMPUTE_SHARE)
         result.append(RankMeasure(
             rank=rank["rank"], samples_per_s=rank["samples_per_s"], current_samples=round(rank["samples"]),
             link_bytes_per_s=link or float("inf"), gpu_uuid=rank.get("gpu_uuid"),

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumix.auto_replan import AutoReplan
 from gpumix.hub.client import HubClient
 from gpumix.launch_command import with_process_count
 from gpumix.paths import runtime_dir
@@ -44,8 +45,9 @@ EXIT_TIMEOUT_S = 60.0
 class Supervisor:
     def __init__(self, command: list[str], job: str, hub: str | None, plan: RunPlan | None = None,
                  control_dir: Path | None = None, say: Callable[[str], None] = print, granularity: int = 1,
-                 world_from_plan: bool = False) -> None:
+                 world_from_plan: bool = False, auto_replan: AutoReplan | None = None) -> None:
         self.command = command
+        self.auto_replan = auto_replan  # `--auto-replan`: restart into a plan that pays, unasked
         # the job reads its rank count from the plan (the demo), so a plan with fewer ranks needs no new command
         self.world_from_plan = world_from_plan
         self.visible_gpus: tuple[str, ...] | None = None  # set by a plan that left GPUs out
@@ -107,6 +109,8 @@ class Supervisor:
                 self.say(f"gpumix run: {self.message}; not relaunched")
                 return code
             request = self._report()
+            if request is None:
+                request = self._auto_plan()
             if request is not None:
                 self._restart(RunPlan.from_json(request))
             time.sleep(POLL_S)
@@ -120,6 +124,17 @@ class Supervisor:
                   "pid": os.getpid(), "granularity": self.granularity}
         reply = self.client.control({"type": "supervisor", "job": self.job, "status": status})
         return reply.get("plan") if reply.get("type") == "supervisor_work" else None
+
+    def _auto_plan(self) -> dict[str, Any] | None:
+        if self.auto_replan is None or self.client is None or self.state != "running":
+            return None
+        snapshot = self.client.snapshot()
+        if snapshot is None:
+            return None
+        plan = self.auto_replan.propose(snapshot, self.job, self.resume_step, self.granularity, time.monotonic())
+        if plan is not None:
+            self.say(f"gpumix run: auto re-plan, {plan['speedup']:.2f}x predicted")
+        return plan
 
     # -- the restart protocol ------------------------------------------------------------
 

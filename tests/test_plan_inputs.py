@@ -88,3 +88,34 @@ def test_the_step_beyond_the_slowest_compute_is_the_measured_communication(demo_
     assert math.isclose(plan.current.step_time_s, 0.35)
     assert all(r.samples % 8 == 0 for r in plan.ranks)
     assert plan.proposed.step_time_s < 0.35
+
+
+def straggling_job(hub: Hub, computes: tuple[float, ...] = (0.30, 0.10, 0.0)) -> dict[str, Any]:
+    """Ranks with these compute times in a 0.35 s step (the others wait in the all-reduce)."""
+    for rank, compute_s in enumerate(computes):
+        uuid = hub.snapshot()["gpus"][rank]["uuid"]
+        key = hub.agent_hello(parse_hello({"rank": rank, "world_size": len(computes), "job": "train",
+                                           "pid": 10 + rank, "gpu_uuid": uuid}))
+        for step in range(MEDIAN_WINDOW + 20):
+            hub.agent_step(key, parse_step({"step": step, "step_time_s": 0.35, "samples": 32, "comm_s": 0.35 - compute_s,
+                                            "data_wait_s": 0.0, "gradient_bytes": 1e8}))
+    return hub.snapshot()
+
+
+def test_a_rank_that_only_waits_is_fast_but_not_infinitely(demo_hub: Hub) -> None:
+    found = {m.rank: m for m in measures(straggling_job(demo_hub), "train")}
+    assert math.isclose(found[2].compute_samples_per_s, 100 * 32 / 0.35)  # 1 % of the step at least
+
+
+def test_auto_replan_proposes_when_due_and_warmed_up(demo_hub: Hub) -> None:
+    from gpumix.auto_replan import CHECK_S, AutoReplan
+
+    snapshot = straggling_job(demo_hub)
+    auto = AutoReplan(min_speedup=1.5, max_restarts=1, settle_steps=20)
+    assert auto.propose(snapshot, "train", resume_step=25, granularity=1, now_s=0.0) is None  # warming up
+    plan = auto.propose(snapshot, "train", resume_step=0, granularity=1, now_s=0.0)
+    assert plan is not None and plan["plan_id"] == "auto-1" and plan["speedup"] >= 1.5
+    assert plan["ranks"][0]["samples"] < 32 < plan["ranks"][2]["samples"]
+    assert auto.propose(snapshot, "train", 0, 1, now_s=CHECK_S + 1) is None  # at most max_restarts
+    picky = AutoReplan(min_speedup=100.0)
+    assert picky.propose(snapshot, "train", 0, 1, now_s=0.0) is None  # nothing pays that much

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpumix.agent.batch_split import GlobalBatchSampler
+from gpumix.auto_replan import AutoReplan
 from gpumix.hub import Hub
 from gpumix.supervisor import Supervisor
 from tests.conftest import wait_until
@@ -148,6 +149,34 @@ def test_a_plan_that_leaves_a_rank_out_relaunches_with_fewer_ranks(tmp_path: Pat
     for step in range(stop, STEPS):
         batch = [i for rank in (0, 1) for entry in by_rank[rank] if entry["step"] == step for i in entry["indices"]]
         assert sorted(batch) == sorted(order[step * 24:(step + 1) * 24])
+    final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
+    for name, value in expected.items():
+        assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name
+
+
+@pytest.mark.slow
+def test_auto_replan_takes_samples_from_a_straggler_by_itself(tmp_path: Path, hub_socket) -> None:
+    # Rank 2 computes 5 ms per sample more (a weaker card); nobody asks for a re-plan.
+    hub, socket_path = hub_socket
+    import subprocess
+
+    reference = subprocess.run(command(tmp_path, "--final", str(tmp_path / "reference.pt"), "--checkpoint",
+                                       str(tmp_path / "ref-ckpt.pt")),
+                               env={**os.environ, "GPUMIX_DISABLE": "1"}, capture_output=True, text=True, timeout=180)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    (tmp_path / "trace").mkdir()
+    job = command(tmp_path, "--step-sleep", "0.05", "--trace", str(tmp_path / "trace"), "--slow-rank", "2",
+                  "--slow-s-per-sample", "0.005", "--checkpoint", str(tmp_path / "ckpt.pt"),
+                  "--final", str(tmp_path / "final.pt"))
+    supervisor = Supervisor(job, "t", hub=socket_path, control_dir=tmp_path / "control", say=lambda _: None,
+                            auto_replan=AutoReplan(min_speedup=1.2, max_restarts=1, settle_steps=10))
+    assert supervisor.run() == 0, supervisor.message
+    assert supervisor.restarts == 1 and supervisor.plan is not None and supervisor.plan.plan_id == "auto-1"
+    stop = supervisor.resume_step
+    by_rank = traces(tmp_path / "trace")
+    assert [e["step"] for e in by_rank[0]] == list(range(STEPS))
+    after = [len(e["indices"]) for e in by_rank[2] if e["step"] >= stop]
+    assert after and max(after) < 8 < min(len(e["indices"]) for e in by_rank[0] if e["step"] >= stop)
     final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
     for name, value in expected.items():
         assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name

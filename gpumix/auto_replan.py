@@ -1,0 +1,47 @@
+"""`gpumix run --auto-replan`: the supervisor asks for a re-plan by itself when one pays.
+
+On the 2×H200 runs the best split took two re-plans, the second learning from what the first
+measured (docs/planner.md), and a straggler can appear mid-run (a throttled card, another
+process on a GPU). So when asked, the supervisor plans from the hub's snapshot every CHECK_S
+once the ranks are past their warm-up, and restarts the job into a plan predicted to be at
+least `min_speedup` times faster, at most `max_restarts` times. It never leaves ranks out:
+that stays the user's call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
+from gpumix.planner import plan_to_json
+
+CHECK_S = 5.0
+
+
+@dataclass
+class AutoReplan:
+    min_speedup: float = 1.05
+    max_restarts: int = 3
+    settle_steps: int = 20  # steps after a (re)start before its figures count: warm-up, DDP's sampled timers
+    proposed: int = 0  # plans proposed so far (a refused or aborted restart counts too: no retry loop)
+    _checked_at_s: float = -math.inf
+
+    def propose(self, snapshot: dict[str, Any], job: str, resume_step: int, granularity: int,
+                now_s: float) -> dict[str, Any] | None:
+        """A plan to restart into, or None: not due yet, still warming up, or nothing pays enough."""
+        if self.proposed >= self.max_restarts or now_s - self._checked_at_s < CHECK_S:
+            return None
+        ranks = [r for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")]
+        if not ranks or min(r.get("step") or 0 for r in ranks) < resume_step + self.settle_steps:
+            return None
+        self._checked_at_s = now_s  # planning costs a little: once per CHECK_S once warmed up
+        try:
+            _, plan = plan_from_snapshot(snapshot, job, granularity=granularity)
+        except (PlanInputError, ValueError):  # not measured enough yet, or no split fits
+            return None
+        if plan.kept_current or not plan.speedup >= self.min_speedup:
+            return None
+        self.proposed += 1
+        return {**plan_to_json(plan), "plan_id": f"auto-{self.proposed}"}
