@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpumix.auto_replan import AutoReplan
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
 from gpumix.hw.open import open_hardware
@@ -107,6 +108,8 @@ def main() -> None:
     parser.add_argument("--try", dest="tries", default="640,704,768,832",
                         help="rank 0's samples in the fixed splits tried after the re-plans")
     parser.add_argument("--window", type=float, default=8.0, help="seconds of readings per phase")
+    parser.add_argument("--auto", action="store_true",
+                        help="no re-plan requests: `--auto-replan` (min speedup 1.02) takes over after the slowed phase")
     parser.add_argument("--smoke", action="store_true", help="check the flow on CPU: simulated NVML, no competitor")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -155,7 +158,19 @@ def main() -> None:
         time.sleep(8)  # the competitor's start-up, then the ranks' medians follow the slowdown
         phases["slowed"] = bench.measure()
         print("fast", round(phases["fast"]["samples_per_s"]), "slowed", round(phases["slowed"]["samples_per_s"]), flush=True)
-        if replan("replan1"):
+        if args.auto:  # as `gpumix run --auto-replan`, switched on once the slowdown is measured
+            supervisor.auto_replan = AutoReplan(min_speedup=1.02, max_restarts=3)
+            settled = 0
+            while settled < 3 and supervisor.restarts < 3:  # 3 checks (15 s) without a new restart
+                restarts = supervisor.restarts
+                time.sleep(5.5)
+                settled = settled + 1 if supervisor.restarts == restarts and not supervisor.state.startswith(("stop", "relaunch")) else 0
+            bench.wait(lambda: bench.at_step(supervisor.resume_step + 20), 240, "steps after the last restart")
+            phases["replan-auto"] = {**bench.measure(), "restarts": supervisor.restarts,
+                                     "plan": supervisor.plan.to_json() if supervisor.plan else None}
+            print("auto", supervisor.restarts, "restarts", round(phases["replan-auto"]["samples_per_s"]), flush=True)
+            supervisor.auto_replan = None  # the fixed splits below are tried as asked
+        elif replan("replan1"):
             replan("replan2")
         for first in (int(x) for x in args.tries.split(",")):
             phases[f"try-{first}"] = bench.restart_into(fixed_split(first, global_batch))
