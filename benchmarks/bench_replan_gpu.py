@@ -121,7 +121,7 @@ def main() -> None:
     hub.start()
     competitor = None
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(ROOT / "examples" / "restartable_ddp.py"), "--steps", "1000000", "--dataset", "4000000",
+               str(ROOT / "examples" / "restartable_ddp.py"), "--steps", "1000000", "--dataset", "16000000",
                "--hidden", str(args.hidden), "--layers", str(args.layers), "--dtype", "float32",
                "--samples-per-rank", str(args.samples_per_rank), "--checkpoint", str(folder / "ckpt.pt")]
     if args.smoke:  # a CPU job this small runs thousands of steps a second: pace it like a real one

@@ -24,7 +24,9 @@ CHECK_S = 5.0
 class AutoReplan:
     min_speedup: float = 1.05
     max_restarts: int = 3
-    settle_steps: int = 20  # steps after a (re)start before its figures count: warm-up, DDP's sampled timers
+    # Steps after a (re)start before its figures count. DDP times iterations 1-10 (warm-up) and
+    # then every 100th: before step 100 a rank's compute and comm are the warm-up's.
+    settle_steps: int = 120
     proposed: int = 0  # plans proposed so far (a refused or aborted restart counts too: no retry loop)
     _checked_at_s: float = -math.inf
 
