@@ -159,12 +159,13 @@ def main() -> None:
         phases["slowed"] = bench.measure()
         print("fast", round(phases["fast"]["samples_per_s"]), "slowed", round(phases["slowed"]["samples_per_s"]), flush=True)
         if args.auto:  # as `gpumix run --auto-replan`, switched on once the slowdown is measured
-            supervisor.auto_replan = AutoReplan(min_speedup=1.02, max_restarts=3)
-            settled = 0
-            while settled < 3 and supervisor.restarts < 3:  # 3 checks (15 s) without a new restart
-                restarts = supervisor.restarts
-                time.sleep(5.5)
-                settled = settled + 1 if supervisor.restarts == restarts and not supervisor.state.startswith(("stop", "relaunch")) else 0
+            auto = supervisor.auto_replan = AutoReplan(min_speedup=1.02, max_restarts=3)
+            # Settled: 25 s (a relaunch, 120 steps and a check, with margin) without a new plan or a restart.
+            quiet_since, seen = time.monotonic(), 0
+            while time.monotonic() - quiet_since < 25:
+                time.sleep(1)
+                if auto.proposed != seen or supervisor.state != "running" or supervisor.restarts != auto.proposed:
+                    seen, quiet_since = auto.proposed, time.monotonic()
             bench.wait(lambda: bench.at_step(supervisor.resume_step + 20), 240, "steps after the last restart")
             phases["replan-auto"] = {**bench.measure(), "restarts": supervisor.restarts,
                                      "plan": supervisor.plan.to_json() if supervisor.plan else None}
