@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix.auto_replan import AutoReplan
+from gpumix.auto_replan import CHECK_S, AutoReplan
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
 from gpumix.hw.open import open_hardware
@@ -160,11 +160,14 @@ def main() -> None:
         print("fast", round(phases["fast"]["samples_per_s"]), "slowed", round(phases["slowed"]["samples_per_s"]), flush=True)
         if args.auto:  # as `gpumix run --auto-replan`, switched on once the slowdown is measured
             auto = supervisor.auto_replan = AutoReplan(min_speedup=1.02, max_restarts=3)
-            # Settled: 25 s (a relaunch, 120 steps and a check, with margin) without a new plan or a restart.
+            # Settled: the ranks past the warm-up the auto re-plan waits for, then two of its checks
+            # without a new plan (a relaunch's start-up varies: count steps, not seconds).
             quiet_since, seen = time.monotonic(), 0
-            while time.monotonic() - quiet_since < 25:
-                time.sleep(1)
-                if auto.proposed != seen or supervisor.state != "running" or supervisor.restarts != auto.proposed:
+            while time.monotonic() - quiet_since < 2 * CHECK_S + 1:
+                time.sleep(0.5)
+                warm = bench.at_step(supervisor.resume_step + auto.settle_steps)
+                if (auto.proposed != seen or supervisor.state != "running" or supervisor.restarts != auto.proposed
+                        or not warm):
                     seen, quiet_since = auto.proposed, time.monotonic()
             bench.wait(lambda: bench.at_step(supervisor.resume_step + 20), 240, "steps after the last restart")
             phases["replan-auto"] = {**bench.measure(), "restarts": supervisor.restarts,

@@ -1,12 +1,13 @@
 #!/bin/bash
 # The GPU checks, batched for a lent 2-GPU machine (read-only on the GPUs: NVML getters and
-# ordinary CUDA work). Usage: OUT=/tmp/out bash benchmarks/device_runs.sh [a|b|c|sweep]
+# ordinary CUDA work). Usage: OUT=/tmp/out bash benchmarks/device_runs.sh [a|b|c|sweep|auto]
 #   a: PCIe counters under copies, DDP over NCCL with the agent and the transport probe
 #      (P2P on, then NCCL_P2P_DISABLE=1), agent overhead, weighted-gradient checks (DDP/NCCL,
 #      DeepSpeed ZeRO-2), the DeepSpeed example with the agent.
 #   b: the DeepSpeed example, agent overhead, re-planning a job whose GPU 1 is slowed.
 #   c: PCIe check, agent costs, re-planning with NVLink, then with NCCL_P2P_DISABLE=1 (SHM).
 #   sweep: every split of one batch measured, GPU 1 free then slowed (benchmarks/split_sweep.py).
+#   auto: the slowed job left to `gpumix run --auto-replan`, then fixed splits for comparison.
 # Wheels for what the machine lacks go in .whl/ (see docs/benchmarks.md).
 set -u
 cd "$(dirname "$0")/.."
@@ -58,6 +59,8 @@ elif [ "$PART" = c ]; then
   kill $HUB
   LIMIT=330 step python3 benchmarks/bench_replan_gpu.py --out "$OUT/replan_nvlink.json"
   NCCL_P2P_DISABLE=1 LIMIT=240 step python3 benchmarks/bench_replan_gpu.py --try 704,768,832 --out "$OUT/replan_shm.json"
+elif [ "$PART" = auto ]; then
+  LIMIT=300 step python3 benchmarks/bench_replan_gpu.py --auto --try 768,832 --window 6 --out "$OUT/replan_auto.json"
 elif [ "$PART" = sweep ]; then
   LIMIT=150 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py --out "$OUT/sweep_8192.json"
   LIMIT=150 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py --hidden 4096 --global-batch 8192 --out "$OUT/sweep_4096.json"
