@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,6 +68,15 @@ class FixedHostSampler(HostSampler):
 def private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The power audit log and runtime sockets of a test never touch the real home."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture
+def tui_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Screens as in the snapshots: UTC clock, no user themes, colour allowed."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("NO_COLOR", raising=False)
 
 
 @pytest.fixture

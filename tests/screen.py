@@ -28,3 +28,12 @@ def assert_matches_snapshot(text: str, name: str) -> None:
         path.write_text(text + "\n")
     expected = path.read_text().rstrip("\n")
     assert text == expected, f"screen differs from {path} (UPDATE_SNAPSHOTS=1 to accept):\n{text}"
+
+
+async def started(pilot, app: App, tries: int = 50) -> None:
+    """Wait (tries x 20 ms) until the app has rendered its first snapshot."""
+    for _ in range(tries):
+        if getattr(app, "renders", 0):
+            break
+        await pilot.pause(0.02)
+    assert getattr(app, "renders", 0), "the app never rendered a snapshot"

@@ -21,6 +21,12 @@ def demo_ranks(hub: Any) -> list[dict[str, Any]]:
     return [r for r in (hub.snapshot() or {}).get("ranks", []) if r["job"] == "demo" and r["connected"]]
 
 
+def at_step(hub: Any, step: int, ranks: int) -> bool:
+    """`ranks` demo ranks report, all at `step` or beyond."""
+    found = demo_ranks(hub)
+    return len(found) == ranks and min(r["step"] or 0 for r in found) >= step
+
+
 async def until(predicate, timeout_s: float) -> None:
     for _ in range(int(timeout_s / 0.2)):
         if predicate():
@@ -34,13 +40,9 @@ async def until(predicate, timeout_s: float) -> None:
 async def test_split_screen_restarts_the_demo_and_removes_the_straggler(tmp_path) -> None:
     node = start_node(open_hardware(demo=True), f"/tmp/gpumix-demo-test-{os.getpid()}.sock", interval_s=0.5, demo=True)
     try:
-        def at_step(step: int) -> bool:
-            ranks = demo_ranks(node.hub)
-            return len(ranks) == 10 and min(r["step"] or 0 for r in ranks) >= step
-
         app = GpumixApp(node.hub, interval_s=0.5)
         async with app.run_test(size=(100, 30)) as pilot:
-            await until(lambda: at_step(12), 90)
+            await until(lambda: at_step(node.hub, 12, ranks=10), 90)
             await pilot.pause(1.0)
             before = node.hub.snapshot()["run"]
             assert "straggler 0,1,2 (RTX 3060 12G)" in screen_text(app)
@@ -51,7 +53,7 @@ async def test_split_screen_restarts_the_demo_and_removes_the_straggler(tmp_path
             await pilot.click("#apply")
             supervisor = node.demo.supervisor
             await until(lambda: supervisor.restarts == 1, 60)
-            await until(lambda: at_step(supervisor.resume_step + 12), 60)
+            await until(lambda: at_step(node.hub, supervisor.resume_step + 12, ranks=10), 60)
             await pilot.pause(1.0)
             after = node.hub.snapshot()["run"]
             assert after["samples_per_s"] > 1.6 * before["samples_per_s"], (before, after)
@@ -71,7 +73,7 @@ async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
     try:
         app = GpumixApp(node.hub, interval_s=0.5)
         async with app.run_test(size=(100, 30)) as pilot:
-            await until(lambda: len(demo_ranks(node.hub)) == 10 and min(r["step"] or 0 for r in demo_ranks(node.hub)) >= 12, 90)
+            await until(lambda: at_step(node.hub, 12, ranks=10), 90)
             await pilot.pause(1.0)
             before = node.hub.snapshot()["run"]
             await pilot.press("s")
@@ -79,8 +81,7 @@ async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
             await pilot.click("#apply-without")  # offered: the planner finds the job faster without the 3060s
             supervisor = node.demo.supervisor
             await until(lambda: supervisor.restarts == 1, 60)
-            await until(lambda: len(demo_ranks(node.hub)) == 7
-                        and min(r["step"] or 0 for r in demo_ranks(node.hub)) >= supervisor.resume_step + 12, 60)
+            await until(lambda: at_step(node.hub, supervisor.resume_step + 12, ranks=7), 60)
             await pilot.pause(1.0)
             snapshot = node.hub.snapshot()
             on_gpus = {gpu["index"] for gpu in snapshot["gpus"] if gpu["ranks"]}

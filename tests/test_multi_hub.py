@@ -184,15 +184,11 @@ def test_a_node_never_reached_is_listed(nodes: TwoNodes) -> None:
 async def test_tui_shows_both_nodes(nodes: TwoNodes) -> None:
     from gpumix.tui.app import GpumixApp
     from gpumix.tui.gpu_table import GpuTable
-    from tests.screen import screen_text
+    from tests.screen import screen_text, started
 
     app = GpumixApp(nodes.source, interval_s=60)
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(100):
-            if app.renders:
-                break
-            await pilot.pause(0.02)
-        assert app.renders
+        await started(pilot, app, tries=100)
         await pilot.pause()
         text = screen_text(app)
         assert app.query_one(GpuTable).row_count == 4

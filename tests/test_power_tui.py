@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,26 +13,13 @@ from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog, parse_watts
-from tests.screen import screen_text
+from tests.screen import screen_text, started
 
 SIZE = (100, 30)
 DEFAULT_CAPS = [170.0] * 3 + [350.0] * 3 + [390.0] + [450.0] * 3
 
 
-@pytest.fixture(autouse=True)
-def quiet_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("NO_COLOR", raising=False)
-
-
-async def started(pilot, app: GpumixApp) -> None:
-    for _ in range(100):
-        if app.renders:
-            break
-        await pilot.pause(0.02)
-    assert app.renders, "the app never rendered a snapshot"
+pytestmark = pytest.mark.usefixtures("tui_env")
 
 
 async def wait_for(pilot, predicate, what: str, timeout_s: float = 5.0) -> Any:
@@ -89,7 +75,7 @@ def test_parse_watts() -> None:
 async def test_c_opens_the_dialog_for_the_selected_gpu(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         dialog = await open_dialog_for(pilot, app, 7)
         assert [g["index"] for g in dialog.gpus] == [7]
         text = screen_text(app)
@@ -99,7 +85,7 @@ async def test_c_opens_the_dialog_for_the_selected_gpu(demo_hub: Hub) -> None:
 async def test_out_of_range_shows_the_problem_and_apply_does_nothing(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 7)
         await pilot.press("7", "0", "0")
         await pilot.pause()
@@ -120,7 +106,7 @@ async def test_out_of_range_shows_the_problem_and_apply_does_nothing(demo_hub: H
 async def test_escape_cancels_the_dialog(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 3)
         await pilot.press("3", "0", "0", "escape")
         await pilot.pause(0.1)
@@ -131,7 +117,7 @@ async def test_escape_cancels_the_dialog(demo_hub: Hub) -> None:
 async def test_a_valid_cap_asks_first_and_cancel_changes_nothing(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 7)
         await pilot.press("3", "0", "0")
         await pilot.pause()
@@ -148,7 +134,7 @@ async def test_a_valid_cap_asks_first_and_cancel_changes_nothing(demo_hub: Hub) 
 async def test_confirmed_cap_changes_the_card_and_notifies(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 7)
         await pilot.press("3", "0", "0", "enter")  # enter in the field = Apply
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
@@ -164,7 +150,7 @@ async def test_reset_to_default_path(demo_hub: Hub) -> None:
     demo_hub.control({"type": "power", "action": "set", "gpus": [8], "watts": 250})
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 8)
         await pilot.click("#reset")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
@@ -178,7 +164,7 @@ async def test_reset_to_default_path(demo_hub: Hub) -> None:
 async def test_space_marks_two_gpus_and_c_targets_both(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         table = app.query_one(GpuTable)
         await select_row(pilot, 3)
         await pilot.press("space", "down", "down", "space")
@@ -202,7 +188,7 @@ async def test_space_marks_two_gpus_and_c_targets_both(demo_hub: Hub) -> None:
 async def test_space_twice_unmarks(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await pilot.press("space", "space")
         assert app.query_one(GpuTable).marked == set()
 
@@ -210,7 +196,7 @@ async def test_space_twice_unmarks(demo_hub: Hub) -> None:
 async def test_mark_tier_marks_the_whole_tier(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await select_row(pilot, 8)
         await pilot.press("T")
         gpus = demo_hub.snapshot()["gpus"]
@@ -223,7 +209,7 @@ async def test_mark_tier_marks_the_whole_tier(demo_hub: Hub) -> None:
 async def test_a_value_out_of_range_for_one_marked_gpu_is_refused_in_the_dialog(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await pilot.press("space")  # GPU 0, a 3060: 100-200 W
         await select_row(pilot, 7)
         await pilot.press("space", "c")
@@ -237,7 +223,7 @@ async def test_a_value_out_of_range_for_one_marked_gpu_is_refused_in_the_dialog(
 async def test_b_proposes_a_fit_and_cancel_changes_nothing(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await pilot.press("b")
         screen = await wait_for(pilot, lambda: isinstance(app.screen, FitScreen) and app.screen, "the fit proposal")
         assert screen.proposal["ok"] and screen.proposal["fit"]["budget_w"] == 2800
@@ -253,7 +239,7 @@ async def test_b_proposes_a_fit_and_cancel_changes_nothing(demo_hub: Hub) -> Non
 async def test_b_then_apply_fits_the_caps_under_the_budget(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await pilot.press("b")
         await wait_for(pilot, lambda: isinstance(app.screen, FitScreen), "the fit proposal")
         await pilot.click("#apply")
@@ -272,7 +258,7 @@ async def test_b_then_apply_fits_the_caps_under_the_budget(demo_hub: Hub) -> Non
 async def test_f_shows_the_findings(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await pilot.press("f")
         screen = await wait_for(pilot, lambda: isinstance(app.screen, FindingsScreen) and app.screen, "the findings")
         await pilot.pause()
@@ -290,7 +276,7 @@ async def test_g_shows_the_tiers(demo_hub: Hub) -> None:
     add_ranks(demo_hub, DEMO_SPEEDS)
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await pilot.press("g")
         await wait_for(pilot, lambda: isinstance(app.screen, TiersScreen), "the tiers")
         await pilot.pause()
@@ -305,7 +291,7 @@ async def test_g_shows_the_tiers(demo_hub: Hub) -> None:
 async def test_readonly_hides_and_ignores_every_control(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         keys = await footer(pilot, app)
         assert "Advice" in keys and "Cap" not in keys and "Budget" not in keys and "Split" not in keys
         await pilot.press("space", "T", "c", "b")
@@ -320,7 +306,7 @@ async def test_readonly_hides_and_ignores_every_control(demo_hub: Hub) -> None:
 async def test_the_footer_shows_the_controls_when_not_readonly(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         keys = await footer(pilot, app)
         assert "Cap" in keys and "Budget" in keys
 
@@ -329,7 +315,7 @@ async def test_a_refused_control_is_shown_as_an_error(demo_hub: Hub) -> None:
     demo_hub.hardware.machine.faults[(7, "nvmlDeviceSetPowerManagementLimit")] = 4  # NVML_ERROR_NO_PERMISSION
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 7)
         await pilot.press("3", "0", "0", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
@@ -343,7 +329,7 @@ async def test_a_refused_control_is_shown_as_an_error(demo_hub: Hub) -> None:
 async def test_input_field_is_focused_in_the_dialog(demo_hub: Hub) -> None:
     app = GpumixApp(demo_hub, interval_s=60)
     async with app.run_test(size=SIZE) as pilot:
-        await started(pilot, app)
+        await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 0)
         await pilot.press("1", "5", "0")
         assert app.screen.query_one(Input).value == "150"

@@ -182,20 +182,24 @@ def test_agent_hello_needs_the_token_over_tcp(tcp_hub: tuple[Hub, HubServer, str
     assert wait_until(lambda: "no token" in server.closed_reasons[-1])
 
 
-def test_agent_reports_over_tcp_with_token(tcp_hub: tuple[Hub, HubServer, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    hub, _, address = tcp_hub
+def assert_agent_reports(hub: Hub, address: str, job: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real agent at `address` (with the token in $GPUMIX_TOKEN) takes three steps; the hub sees them."""
     monkeypatch.setenv("GPUMIX_TOKEN", TOKEN)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(name, raising=False)
-    agent = Agent(address=address, job="tcpjob")
+    agent = Agent(address=address, job=job)
     try:
         for _ in range(3):
             with agent.step(samples=4):
                 time.sleep(0.005)
-        assert wait_until(lambda: any(r["job"] == "tcpjob" and r["step"] is not None
-                                      for r in hub.snapshot()["ranks"]))
+        assert wait_until(lambda: any(r["job"] == job and r["step"] is not None for r in hub.snapshot()["ranks"]))
     finally:
         agent.close()
+
+
+def test_agent_reports_over_tcp_with_token(tcp_hub: tuple[Hub, HubServer, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    hub, _, address = tcp_hub
+    assert_agent_reports(hub, address, "tcpjob", monkeypatch)
 
 
 def test_replayed_and_altered_controls_are_refused(tcp_hub: tuple[Hub, HubServer, str]) -> None:

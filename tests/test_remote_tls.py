@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,12 @@ from typing import Any
 import pytest
 
 from gpumix import auth
-from gpumix.agent import Agent
 from gpumix.cli_remote import tcp_settings
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubServer
-from tests.conftest import FixedHostSampler, wait_until
-from tests.test_remote_auth import TOKEN, tcp_args
+from tests.conftest import FixedHostSampler
+from tests.test_remote_auth import TOKEN, assert_agent_reports, tcp_args
 
 
 def make_certificate(folder: Path, name: str) -> tuple[Path, Path]:
@@ -61,17 +59,7 @@ def test_a_client_that_trusts_the_certificate_reads_and_controls(tls_hub, monkey
 def test_an_agent_reports_over_tls(tls_hub, monkeypatch: pytest.MonkeyPatch) -> None:
     hub, _, address, cert = tls_hub
     monkeypatch.setenv(auth.TLS_CA_ENV, str(cert))
-    monkeypatch.setenv("GPUMIX_TOKEN", TOKEN)
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    agent = Agent(address=address, job="tlsjob")
-    try:
-        for _ in range(3):
-            with agent.step(samples=4):
-                time.sleep(0.005)
-        assert wait_until(lambda: any(r["job"] == "tlsjob" and r["step"] is not None for r in hub.snapshot()["ranks"]))
-    finally:
-        agent.close()
+    assert_agent_reports(hub, address, "tlsjob", monkeypatch)
 
 
 def test_an_untrusted_certificate_or_plain_tcp_gets_nothing(tls_hub, monkeypatch: pytest.MonkeyPatch,

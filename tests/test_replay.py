@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,18 +10,13 @@ from gpumix.replay import ReplaySource
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.replay import ReplayApp
 from tests.conftest import ManualClock
-from tests.screen import screen_text
+from tests.screen import screen_text, started
 from tests.test_recording import recorded_hub
 
 SIZE = (80, 24)
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("NO_COLOR", raising=False)
+pytestmark = pytest.mark.usefixtures("tui_env")
 
 
 @pytest.fixture
@@ -36,14 +30,6 @@ def recording(demo_hardware, clock: ManualClock, tmp_path: Path) -> Path:
         clock.advance(1.0)
     recorder.close()
     return path
-
-
-async def started(pilot, app) -> None:
-    for _ in range(50):
-        if app.renders:
-            break
-        await pilot.pause(0.02)
-    assert app.renders
 
 
 def test_replay_source_player(recording: Path) -> None:

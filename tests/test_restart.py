@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -62,6 +63,21 @@ def wait_for_step(hub: Hub, step: int, timeout_s: float = 60) -> None:
     raise AssertionError(f"ranks did not reach step {step}")
 
 
+def run_reference(tmp_path: Path) -> None:
+    """The uninterrupted equal-split run, without the agent: its final parameters are the truth."""
+    reference = subprocess.run(command(tmp_path, "--final", str(tmp_path / "reference.pt"), "--checkpoint",
+                                       str(tmp_path / "ref-ckpt.pt")),
+                               env={**os.environ, "GPUMIX_DISABLE": "1"}, capture_output=True, text=True, timeout=180)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+
+
+def assert_final_equals_reference(tmp_path: Path) -> None:
+    """Float64 parameters within 1e-9: no step lost or repeated, the data order and optimizer state kept."""
+    final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
+    for name, value in expected.items():
+        assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name
+
+
 def traces(folder: Path) -> dict[int, list[dict]]:
     return {rank: [json.loads(line) for line in (folder / f"rank{rank}.jsonl").read_text().splitlines()] for rank in range(3)}
 
@@ -69,12 +85,7 @@ def traces(folder: Path) -> dict[int, list[dict]]:
 @pytest.mark.slow
 def test_restart_under_a_new_plan_continues_exactly(tmp_path: Path, hub_socket) -> None:
     hub, socket_path = hub_socket
-    import subprocess
-
-    reference = subprocess.run(command(tmp_path, "--final", str(tmp_path / "reference.pt"), "--checkpoint",
-                                       str(tmp_path / "ref-ckpt.pt")),
-                               env={**os.environ, "GPUMIX_DISABLE": "1"}, capture_output=True, text=True, timeout=180)
-    assert reference.returncode == 0, reference.stderr[-2000:]
+    run_reference(tmp_path)
 
     (tmp_path / "trace").mkdir()
     supervisor, outcome = supervise(tmp_path, socket_path, command(
@@ -108,9 +119,7 @@ def test_restart_under_a_new_plan_continues_exactly(tmp_path: Path, hub_socket) 
     for step in range(STEPS):
         batch = {i for rank in by_rank.values() for entry in rank if entry["step"] == step for i in entry["indices"]}
         assert batch == set(order[step * 24:(step + 1) * 24])
-    final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
-    for name, value in expected.items():
-        assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name
+    assert_final_equals_reference(tmp_path)
     assert hub.snapshot()["jobs"]["t"]["restarts"] == 2
 
 
@@ -126,12 +135,7 @@ def test_a_plan_that_leaves_a_rank_out_relaunches_with_fewer_ranks(tmp_path: Pat
     # `--nproc_per_node=3` becomes 2; the same global batch, so the run still ends where an
     # uninterrupted 3-rank run does.
     hub, socket_path = hub_socket
-    import subprocess
-
-    reference = subprocess.run(command(tmp_path, "--final", str(tmp_path / "reference.pt"), "--checkpoint",
-                                       str(tmp_path / "ref-ckpt.pt")),
-                               env={**os.environ, "GPUMIX_DISABLE": "1"}, capture_output=True, text=True, timeout=180)
-    assert reference.returncode == 0, reference.stderr[-2000:]
+    run_reference(tmp_path)
     (tmp_path / "trace").mkdir()
     supervisor, outcome = supervise(tmp_path, socket_path, command(
         tmp_path, "--step-sleep", "0.1", "--trace", str(tmp_path / "trace"),
@@ -149,21 +153,14 @@ def test_a_plan_that_leaves_a_rank_out_relaunches_with_fewer_ranks(tmp_path: Pat
     for step in range(stop, STEPS):
         batch = [i for rank in (0, 1) for entry in by_rank[rank] if entry["step"] == step for i in entry["indices"]]
         assert sorted(batch) == sorted(order[step * 24:(step + 1) * 24])
-    final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
-    for name, value in expected.items():
-        assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name
+    assert_final_equals_reference(tmp_path)
 
 
 @pytest.mark.slow
 def test_auto_replan_takes_samples_from_a_straggler_by_itself(tmp_path: Path, hub_socket) -> None:
     # Rank 2 computes 5 ms per sample more (a weaker card); nobody asks for a re-plan.
     hub, socket_path = hub_socket
-    import subprocess
-
-    reference = subprocess.run(command(tmp_path, "--final", str(tmp_path / "reference.pt"), "--checkpoint",
-                                       str(tmp_path / "ref-ckpt.pt")),
-                               env={**os.environ, "GPUMIX_DISABLE": "1"}, capture_output=True, text=True, timeout=180)
-    assert reference.returncode == 0, reference.stderr[-2000:]
+    run_reference(tmp_path)
     (tmp_path / "trace").mkdir()
     job = command(tmp_path, "--step-sleep", "0.05", "--trace", str(tmp_path / "trace"), "--slow-rank", "2",
                   "--slow-s-per-sample", "0.005", "--checkpoint", str(tmp_path / "ckpt.pt"),
@@ -180,9 +177,7 @@ def test_auto_replan_takes_samples_from_a_straggler_by_itself(tmp_path: Path, hu
     assert all(len(entry["indices"]) + after[0] == 24 - len(other["indices"])
                for entry, other in zip([e for e in by_rank[0] if e["step"] >= stop],
                                        [e for e in by_rank[1] if e["step"] >= stop], strict=True))
-    final, expected = torch.load(tmp_path / "final.pt"), torch.load(tmp_path / "reference.pt")
-    for name, value in expected.items():
-        assert torch.allclose(final[name], value, atol=1e-9, rtol=0), name
+    assert_final_equals_reference(tmp_path)
 
 
 @pytest.mark.slow

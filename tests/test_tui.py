@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -12,25 +11,12 @@ from gpumix.hub import Hub
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
-from tests.screen import assert_matches_snapshot, screen_text
+from tests.screen import assert_matches_snapshot, screen_text, started
 
 SIZE = (80, 24)
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no user themes leak in
-    monkeypatch.delenv("NO_COLOR", raising=False)
-
-
-async def started(pilot, app: GpumixApp) -> None:
-    for _ in range(50):
-        if app.renders:
-            break
-        await pilot.pause(0.02)
-    assert app.renders, "the app never rendered a snapshot"
+pytestmark = pytest.mark.usefixtures("tui_env")
 
 
 async def test_dashboard_snapshot(demo_hub: Hub) -> None:
