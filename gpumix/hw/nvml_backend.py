@@ -395,43 +395,37 @@ class NvmlBackend:
 
     def p2p(self) -> list[P2PLink]:
         links = []
-        self._nvlink_cache: dict[int, tuple[dict[int, int], int]] = {}
         count = len(self._infos)
+        by_bus = {_bus_key(info.pci_bus_id): info.index for info in self._infos if info.pci_bus_id}
+        nvlinks = {index: self._nvlinks(index, by_bus) for index in range(count) if index not in self._lost}
         for a in range(count):
             for b in range(a + 1, count):
-                links.append(self._p2p_pair(a, b))
+                links.append(self._p2p_pair(a, b, nvlinks))
         return links
 
-    def _p2p_pair(self, a: int, b: int) -> P2PLink:
+    def _p2p_pair(self, a: int, b: int, nvlinks: dict[int, tuple[dict[int, int], int]]) -> P2PLink:
         if a in self._lost or b in self._lost:
             return P2PLink(a, b, None, None, None)
         read = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_READ)
         write = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_WRITE)
         level = self._pair_call(a, b, "nvmlDeviceGetTopologyCommonAncestor")
-        nvlinks = self._nvlinks_between(a, b)
+        (direct_a, switch_a), (_, switch_b) = nvlinks[a], nvlinks[b]
+        # direct links (a bridge), or through NVSwitches, where each GPU's links reach every other
+        # GPU on the switches (an HGX board: NV18)
+        count = direct_a.get(b, 0) + min(switch_a, switch_b)
         return P2PLink(
             gpu_a=a,
             gpu_b=b,
             read=P2P_STATUS.get(read, str(read)) if read is not None else None,
             write=P2P_STATUS.get(write, str(write)) if write is not None else None,
             # as `nvidia-smi topo -m` names a pair joined by NVLink
-            topology=f"NV{nvlinks}" if nvlinks else TOPOLOGY_LEVEL.get(level, str(level)) if level is not None else None,
-            nvlinks=nvlinks,
+            topology=f"NV{count}" if count else TOPOLOGY_LEVEL.get(level, str(level)) if level is not None else None,
+            nvlinks=count,
         )
 
-    def _nvlinks_between(self, a: int, b: int) -> int:
-        """Active NVLink links joining GPUs a and b: direct ones (a bridge), or through NVSwitches,
-        where each GPU's links reach every other GPU on the switches (an HGX board: NV18)."""
-        direct_a, switch_a = self._nvlinks(a)
-        _, switch_b = self._nvlinks(b)
-        return direct_a.get(b, 0) + min(switch_a, switch_b)
-
-    def _nvlinks(self, index: int) -> tuple[dict[int, int], int]:
-        """(links to each other GPU by its PCI bus id, links to NVSwitches) of GPU `index`, read once.
+    def _nvlinks(self, index: int, by_bus: dict[str, int]) -> tuple[dict[int, int], int]:
+        """(links to each other GPU by its PCI bus id, links to NVSwitches) of GPU `index`.
         A card without NVLink answers NotSupported for link 0; links past its last, InvalidArgument."""
-        if index in self._nvlink_cache:
-            return self._nvlink_cache[index]
-        by_bus = {_bus_key(info.pci_bus_id): info.index for info in self._infos if info.pci_bus_id}
         direct: dict[int, int] = {}
         switch = 0
         handle = self._handles[index]
@@ -439,7 +433,7 @@ class NvmlBackend:
             try:
                 if self._nvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
                     continue
-                remote_type = self._optional(self._nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
+                remote_type = self._call(index, "nvmlDeviceGetNvLinkRemoteDeviceType", link)  # older drivers: None
                 if remote_type == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
                     switch += 1
                     continue
@@ -453,16 +447,8 @@ class NvmlBackend:
             peer = by_bus.get(_bus_key(_text(remote.busId)))
             if peer is not None and peer != index:
                 direct[peer] = direct.get(peer, 0) + 1
-        self._nvlink_cache[index] = (direct, switch)
         return direct, switch
 
-    @staticmethod
-    def _optional(function: Any, *args: Any) -> Any:
-        """A call older drivers may lack or refuse: None then."""
-        try:
-            return function(*args)
-        except (pynvml.NVMLError, AttributeError):
-            return None
 
     def _pair_call(self, a: int, b: int, name: str, *args: Any) -> Any:
         """A guarded NVML call about GPUs a and b: the value, or None. Its error
