@@ -30,10 +30,14 @@ class AutoReplan:
     proposed: int = 0  # plans proposed so far (a refused or aborted restart counts too: no retry loop)
     _checked_at_s: float = -math.inf
 
+    def due(self, now_s: float) -> bool:
+        """Worth a snapshot: restarts left, and the last plan was made CHECK_S ago."""
+        return self.proposed < self.max_restarts and now_s - self._checked_at_s >= CHECK_S
+
     def propose(self, snapshot: dict[str, Any], job: str, resume_step: int, granularity: int,
                 now_s: float) -> dict[str, Any] | None:
         """A plan to restart into, or None: not due yet, still warming up, or nothing pays enough."""
-        if self.proposed >= self.max_restarts or now_s - self._checked_at_s < CHECK_S:
+        if not self.due(now_s):
             return None
         ranks = [r for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")]
         if not ranks or min(r.get("step") or 0 for r in ranks) < resume_step + self.settle_steps:

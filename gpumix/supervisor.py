@@ -128,6 +128,8 @@ class Supervisor:
     def _auto_plan(self) -> dict[str, Any] | None:
         if self.auto_replan is None or self.client is None or self.state != "running":
             return None
+        if not self.auto_replan.due(time.monotonic()):  # no snapshot to fetch between checks
+            return None
         snapshot = self.client.snapshot()
         if snapshot is None:
             return None

@@ -287,21 +287,25 @@ class GpumixApp(App[None]):
     def action_replan(self) -> None:
         self.propose_plan()
 
-    @work(thread=True, group="control")
-    def propose_plan(self) -> None:
+    def _plan_json(self, snapshot: dict[str, Any], job: str | None = None,
+                   exclude: frozenset[int] = frozenset()) -> dict[str, Any] | None:
+        """The planner's JSON for the job, or None after saying why not (on a worker thread)."""
         from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
         from gpumix.planner import plan_to_json
 
-        snapshot = self.snapshot
-        if snapshot is None:
-            return
         try:
-            job, plan = plan_from_snapshot(snapshot)
+            job, plan = plan_from_snapshot(snapshot, job, exclude=exclude)
         except (PlanInputError, ValueError) as error:
             self.call_from_thread(self.notify, f"no plan: {error}", severity="warning", timeout=8)
-            return
-        data = {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
-        self.call_from_thread(self._show_plan, data, snapshot)
+            return None
+        return {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
+
+    @work(thread=True, group="control")
+    def propose_plan(self) -> None:
+        snapshot = self.snapshot
+        data = self._plan_json(snapshot) if snapshot is not None else None
+        if data is not None:
+            self.call_from_thread(self._show_plan, data, snapshot)
 
     def _show_plan(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
         def confirmed(choice: str | None) -> None:
@@ -315,18 +319,11 @@ class GpumixApp(App[None]):
     @work(thread=True, group="control")
     def plan_without_tier(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
         """The split over the ranks the best leave-one-tier-out option keeps; the others get none."""
-        from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
-        from gpumix.planner import plan_to_json
-
         kept = set(plan["without_tier"]["ranks"])
         left_out = frozenset(r["rank"] for r in plan["ranks"] if r["rank"] not in kept)
-        try:
-            job, without = plan_from_snapshot(snapshot, plan["job"], exclude=left_out)
-        except (PlanInputError, ValueError) as error:
-            self.call_from_thread(self.notify, f"no plan: {error}", severity="warning", timeout=8)
-            return
-        data = {**plan_to_json(without), "job": job, "plan_id": uuid.uuid4().hex[:8]}
-        self.call_from_thread(self.send_control, {"type": "replan", "job": job, "plan": data})
+        data = self._plan_json(snapshot, plan["job"], left_out)
+        if data is not None:
+            self.call_from_thread(self.send_control, {"type": "replan", "job": data["job"], "plan": data})
 
     @work(thread=True, group="control")
     def send_control(self, request: dict[str, Any]) -> None:
