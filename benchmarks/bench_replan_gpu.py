@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from competitor import COMPETITOR  # benchmarks/ is on sys.path for a script there
+
 from gpumix.auto_replan import CHECK_S, AutoReplan
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
@@ -41,15 +43,6 @@ from gpumix.supervisor import Supervisor
 
 ROOT = Path(__file__).parents[1]
 JOB = "bench"
-COMPETITOR = """
-import torch, time
-a = torch.randn(8192, 8192, device="cuda:{gpu}", dtype=torch.bfloat16)
-end = time.time() + {seconds}
-while time.time() < end:
-    for _ in range(20):
-        a = (a @ a).clamp_(-1, 1)
-    torch.cuda.synchronize()
-"""
 RANK_KEYS = ("rank", "samples", "step_time_s", "compute_s", "samples_per_s", "comm_share", "points")
 
 

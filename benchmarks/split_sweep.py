@@ -25,25 +25,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from competitor import COMPETITOR  # benchmarks/ is on sys.path for a script there
 from torch.nn.parallel import DistributedDataParallel
 
-COMPETITOR = """
-import torch, time
-a = torch.randn(8192, 8192, device="cuda:{gpu}", dtype=torch.bfloat16)
-end = time.time() + {seconds}
-while time.time() < end:
-    for _ in range(20):
-        a = (a @ a).clamp_(-1, 1)
-    torch.cuda.synchronize()
-"""
-
-
-def build_model(hidden: int, layers: int) -> torch.nn.Sequential:
-    torch.manual_seed(0)
-    parts: list[torch.nn.Module] = [torch.nn.Linear(16, hidden), torch.nn.Tanh()]
-    for _ in range(layers - 1):
-        parts += [torch.nn.Linear(hidden, hidden), torch.nn.Tanh()]
-    return torch.nn.Sequential(*parts, torch.nn.Linear(hidden, 4))
+sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+from restartable_ddp import build_model  # noqa: E402  the job the re-plan benchmark runs: one model
 
 
 def main() -> None:

@@ -28,6 +28,15 @@ from gpumix.agent.ddp import watch_ddp
 from gpumix.run_plan import RunPlan
 
 
+def build_model(hidden: int, layers: int) -> torch.nn.Sequential:
+    """An MLP 16 -> hidden (x layers) -> 4, the same on every rank (seeded)."""
+    torch.manual_seed(0)
+    parts: list[torch.nn.Module] = [torch.nn.Linear(16, hidden), torch.nn.Tanh()]
+    for _ in range(layers - 1):
+        parts += [torch.nn.Linear(hidden, hidden), torch.nn.Tanh()]
+    return torch.nn.Sequential(*parts, torch.nn.Linear(hidden, 4))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps in all")
@@ -62,11 +71,7 @@ def main() -> None:
     inputs = torch.randn(args.dataset, 16, generator=generator, dtype=dtype)
     targets = inputs @ torch.randn(16, 4, generator=generator, dtype=dtype) + 0.1 * torch.randn(args.dataset, 4, generator=generator, dtype=dtype)
 
-    torch.manual_seed(0)
-    layers: list[torch.nn.Module] = [torch.nn.Linear(16, args.hidden), torch.nn.Tanh()]
-    for _ in range(args.layers - 1):
-        layers += [torch.nn.Linear(args.hidden, args.hidden), torch.nn.Tanh()]
-    model = torch.nn.Sequential(*layers, torch.nn.Linear(args.hidden, 4)).to(device, dtype)
+    model = build_model(args.hidden, args.layers).to(device, dtype)
     ddp = DistributedDataParallel(model, device_ids=[local_rank] if cuda else None)
     watch_ddp(agent, ddp)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
