@@ -20,36 +20,41 @@ from types import TracebackType
 from typing import Any
 
 from gpumix.agent import launcher_env
-from gpumix.agent.lazy import LazyScalar, PinnedPool
+from gpumix.agent.lazy import PinnedPool
 from gpumix.agent.restart import RestartControl
 from gpumix.agent.sender import Sender
+from gpumix.agent.values import Coerced, NotANumber, coerce, read
 from gpumix.run_plan import PLAN_ENV, RunPlan, load_plan
 
 log = logging.getLogger("gpumix.agent")
 RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often
+# A step's fields that take a number from the script (a Python number, numpy scalar or tensor).
+RECORD_NUMBERS = ("samples", "tokens", "loss", "lr", "forward_s", "backward_s", "optimizer_s", "comm_s")
 
 # (step index) -> seconds of communication in that step, or None if not known (yet)
 CommProbe = Callable[[int], "float | None"]
 
 
 class StepRecord:
-    """What `with agent.step(...) as step:` hands out: set loss, lr, tokens, phase times on it."""
+    """What `with agent.step(...) as step:` hands out: set loss, lr, tokens, phase times on it.
 
-    def __init__(self, index: int, samples: int | None, tokens: int | None) -> None:
+    The script may set numbers, numpy scalars or tensors (a CUDA tensor is read one step later,
+    no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py)."""
+
+    def __init__(self, index: int, samples: Any, tokens: Any) -> None:
         self.index = index
         self.samples = samples
         self.tokens = tokens
-        self.loss: Any = None  # a float, or a tensor (read one step later, no sync now)
-        self.lr: float | None = None
-        self.forward_s: float | None = None
-        self.backward_s: float | None = None
-        self.optimizer_s: float | None = None
-        self.comm_s: float | None = None  # set by an integration, else from the comm probes
+        self.loss: Any = None
+        self.lr: Any = None
+        self.forward_s: Any = None
+        self.backward_s: Any = None
+        self.optimizer_s: Any = None
+        self.comm_s: Any = None  # set by an integration, else from the comm probes
         self.begin_s = time.perf_counter()
         self.end_s: float | None = None
         self.step_time_s: float | None = None  # previous step's end to this one's end
         self.data_wait_s: float | None = None  # previous step's end to this one's begin
-        self.lazy_loss: LazyScalar | None = None
 
 
 class _StepContext:
@@ -75,21 +80,23 @@ class Agent:
         self.cuda_device = cuda_device if cuda_device is not None else (self.local_rank or 0)
         self.nvml_index, env_uuid = launcher_env.physical_gpu(self.cuda_device)
         self.gpu_uuid = gpu_uuid or os.environ.get("GPUMIX_GPU_UUID") or env_uuid or self._torch_uuid()
-        self.micro_batch: int | None = None
-        self.accumulation_steps: int | None = None
+        self._micro_batch: int | float | None = None
+        self._accumulation_steps: int | float | None = None
+        self._gradient_bytes: int | float | None = None
         self.comm_probes: list[CommProbe] = []
         self.phase_probes: list[Callable[[], dict[str, float | None]]] = []  # forward_s, backward_s, ...
         self.steps = 0
         self._last_end_s: float | None = None
         self._pending: StepRecord | None = None  # sent when the next step ends
-        self._pinned = PinnedPool() if self._uses_cuda() else None
+        self._cuda = self._uses_cuda()
+        self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
+        self._refused_fields: set[str] = set()  # fields already warned about (once each)
         self._resources: dict[str, float | None] = {"cpu_pct": None, "rss_bytes": None}
         self._resources_at = 0.0
         self._memory: dict[str, float] = {}
         self._memory_at = 0.0
         self._process: Any = None
         self._warned = False
-        self.gradient_bytes: int | None = None  # set by watch_ddp: what the planner's all-reduce moves
         self.restart = RestartControl(self.rank)
         self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does
         self.plan = _load_plan()
@@ -114,20 +121,69 @@ class Agent:
         return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
 
     def _hello(self) -> dict[str, Any]:
+        hostname = socket.gethostname()
+        # The launch this process belongs to: the hub keys ranks by (job, run id, rank), so two launches
+        # never share a row. torchrun's run id (its default "none" is shared by every launch: then
+        # torchrun's agent, our parent, names it); else $GPUMIX_RUN_ID; else this process alone.
+        run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("GPUMIX_RUN_ID") or f"pid-{os.getpid()}@{hostname}"
+        if run_id == "none" and "TORCHELASTIC_RUN_ID" in os.environ:
+            run_id = f"torchrun-{os.getppid()}@{hostname}"
         return {
             "type": "hello", "role": "agent", "rank": self.rank, "local_rank": self.local_rank,
-            "world_size": self.world_size, "pid": os.getpid(), "hostname": socket.gethostname(),
-            "gpu_uuid": self.gpu_uuid, "nvml_index": self.nvml_index, "job": self.job,
+            "world_size": self.world_size, "pid": os.getpid(), "hostname": hostname,
+            "gpu_uuid": self.gpu_uuid, "nvml_index": self.nvml_index, "job": self.job, "run_id": run_id[:128],
             "env": launcher_env.nccl_environment(), "versions": launcher_env.versions(),
         }
 
+    # -- numbers the script or an integration sets once (coerced on assignment) ---------
+
+    @property
+    def micro_batch(self) -> int | float | None:
+        return self._micro_batch
+
+    @micro_batch.setter
+    def micro_batch(self, value: Any) -> None:
+        self._micro_batch = self._setting("micro_batch", value)
+
+    @property
+    def accumulation_steps(self) -> int | float | None:
+        return self._accumulation_steps
+
+    @accumulation_steps.setter
+    def accumulation_steps(self, value: Any) -> None:
+        self._accumulation_steps = self._setting("accumulation_steps", value)
+
+    @property
+    def gradient_bytes(self) -> int | float | None:
+        """Set by watch_ddp: what the planner's all-reduce moves."""
+        return self._gradient_bytes
+
+    @gradient_bytes.setter
+    def gradient_bytes(self, value: Any) -> None:
+        self._gradient_bytes = self._setting("gradient_bytes", value)
+
+    def _setting(self, name: str, value: Any) -> int | float | None:
+        """Set once, not per step: a CUDA tensor may be read now (pinned=None)."""
+        return read(self._number(name, value, pinned=None))
+
+    def _number(self, name: str, value: Any, pinned: PinnedPool | None = None) -> Coerced:
+        """`value` as a number for the wire; None (and one warning per field) if it is none."""
+        try:
+            return coerce(value, pinned, average=name == "loss")
+        except NotANumber as what:
+            if name not in self._refused_fields:
+                self._refused_fields.add(name)
+                log.warning("gpumix agent: %s was given %s, not a number; it is left out of the steps it"
+                            " is given in (give a number, a numpy scalar or a one-element tensor)", name, what)
+            return None
+
     # -- steps --------------------------------------------------------------------
 
-    def step(self, samples: int | None = None, tokens: int | None = None) -> _StepContext:
+    def step(self, samples: Any = None, tokens: Any = None) -> _StepContext:
         """`with agent.step(samples=len(batch)) as s: ...; s.loss = loss`."""
         return _StepContext(self, self.step_begin(samples, tokens))
 
-    def step_begin(self, samples: int | None = None, tokens: int | None = None) -> StepRecord:
+    def step_begin(self, samples: Any = None, tokens: Any = None) -> StepRecord:
         record = StepRecord(self.steps, samples, tokens)
         if self._last_end_s is not None:
             record.data_wait_s = record.begin_s - self._last_end_s
@@ -149,8 +205,8 @@ class Agent:
         started = self._last_end_s if self._last_end_s is not None else record.begin_s
         record.step_time_s = record.end_s - started
         self._last_end_s = record.end_s
-        record.lazy_loss = LazyScalar(record.loss, self._pinned)
-        record.loss = None  # do not keep the graph's tensor alive
+        for name in RECORD_NUMBERS:  # a tensor loss is replaced: the graph is not kept alive
+            setattr(record, name, self._number(name, getattr(record, name), self._pinned))
         self.steps = record.index + 1
         previous, self._pending = self._pending, record
         if previous is not None:
@@ -181,8 +237,8 @@ class Agent:
         if record is None:
             return
         for name, value in values.items():
-            if name == "loss":
-                record.lazy_loss = LazyScalar(value, self._pinned)
+            if name in RECORD_NUMBERS:
+                setattr(record, name, self._number(name, value, self._pinned))
             elif hasattr(record, name):
                 setattr(record, name, value)
 
@@ -195,17 +251,18 @@ class Agent:
         return total
 
     def _message(self, record: StepRecord) -> dict[str, Any]:
-        comm = record.comm_s if record.comm_s is not None else self._comm_seconds(record.index)
+        comm = read(record.comm_s)
+        if comm is None:
+            comm = read(self._number("comm_s", self._comm_seconds(record.index)))
         for probe in self.phase_probes:  # the framework's own split, where the script set none
             for name, value in probe().items():
-                if getattr(record, name, None) is None:
-                    setattr(record, name, value)
+                if name in RECORD_NUMBERS and getattr(record, name) is None:
+                    setattr(record, name, self._number(name, value))
         message: dict[str, Any] = {
             "type": "step", "step": record.index, "t": time.time(), "step_time_s": record.step_time_s,
-            "samples": record.samples, "tokens": record.tokens,
-            "loss": record.lazy_loss.read() if record.lazy_loss else None, "lr": _number(record.lr),
-            "data_wait_s": record.data_wait_s, "forward_s": record.forward_s, "backward_s": record.backward_s,
-            "optimizer_s": record.optimizer_s, "comm_s": comm,
+            "samples": read(record.samples), "tokens": read(record.tokens), "loss": read(record.loss),
+            "lr": read(record.lr), "data_wait_s": record.data_wait_s, "forward_s": read(record.forward_s),
+            "backward_s": read(record.backward_s), "optimizer_s": read(record.optimizer_s), "comm_s": comm,
             "micro_batch": self.micro_batch, "accumulation_steps": self.accumulation_steps,
             "dropped": self.sender.dropped, "gradient_bytes": self.gradient_bytes,
         }
@@ -216,7 +273,7 @@ class Agent:
     def _gpu_memory(self) -> dict[str, float]:
         """Allocator counters, read at most once a second: each torch.cuda.memory_* call
         builds the allocator's whole statistics dict (tens of us), too much for every step."""
-        if self._pinned is None:
+        if not self._cuda:
             return {}
         now = time.monotonic()
         if now - self._memory_at >= RESOURCE_PERIOD_S:
@@ -264,15 +321,6 @@ def _load_plan() -> RunPlan | None:
         return load_plan(path)
     except (OSError, ValueError, KeyError, TypeError):
         log.warning("gpumix agent: cannot read the plan %s; running without one", path, exc_info=True)
-        return None
-
-
-def _number(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
         return None
 
 

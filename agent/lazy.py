@@ -48,9 +48,12 @@ class LazyScalar:
 
 
 class PinnedPool:
-    """A ring of pinned one-element host buffers: allocating pinned memory per step costs."""
+    """A ring of pinned one-element host buffers: allocating pinned memory per step costs.
 
-    def __init__(self, size: int = 8) -> None:
+    A buffer is reused `size` takes later. Up to eight fields of a step may be CUDA tensors and
+    each is read when the next step ends, so two steps' worth must be in flight at once."""
+
+    def __init__(self, size: int = 32) -> None:
         self._buffers: list[Any] = []
         self._size = size
         self._next = 0

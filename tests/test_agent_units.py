@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpumix.agent import launcher_env, nccl_probe
 from gpumix.agent.lazy import LazyScalar
+from gpumix.agent.values import NotANumber, coerce
 
 NCCL_228_P2P = """\
 host:1234:1240 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM
@@ -80,3 +81,22 @@ def test_driver_version_from_proc() -> None:
     assert launcher_env.driver_from_proc(open_module) == {"driver": "580.159.04"}
     assert launcher_env.driver_from_proc(legacy) == {"driver": "535.183.01"}
     assert launcher_env.driver_from_proc("garbage") == {}
+
+
+def test_numpy_and_torch_scalars_become_plain_numbers() -> None:
+    from fractions import Fraction
+
+    import numpy as np
+    import pytest
+    import torch
+
+    for value, expected in ((np.int64(64), 64), (np.float32(0.5), 0.5), (np.array(3.0), 3.0), (np.array([7]), 7),
+                            (torch.tensor(1000), 1000), (torch.tensor([0.25]), 0.25), (Fraction(1, 4), 0.25),
+                            (12, 12), (1.5, 1.5), (None, None)):
+        result = coerce(value, None)
+        assert result == expected and type(result) is type(expected), (value, result)
+    assert coerce(torch.tensor([1.0, 3.0], requires_grad=True), None, average=True) == 2.0  # a per-sample loss
+    for value in ("1.5", [1], {"a": 1}, True, np.bool_(True), torch.tensor(True), 1j, np.array([1.0, 2.0]),
+                  torch.tensor([1.0, 2.0]), torch.zeros(0), np.array("x")):
+        with pytest.raises(NotANumber):
+            coerce(value, None)

@@ -1,0 +1,72 @@
+"""Step values from a training script, made plain numbers for the wire.
+
+Scripts hand over what they have: Python numbers, numpy scalars (`np.int64(64)`), 0-d or
+one-element arrays and tensors (`torch.tensor(1000)`, a loss or a learning rate on the GPU).
+JSON carries only the first, and the hub refuses a step with anything else in a number field,
+so each value is coerced here, on the training thread and cheaply: Python numbers as they are,
+numpy and CPU tensors by `.item()`, CUDA tensors copied asynchronously and read a step later
+(LazyScalar: no synchronisation now). A value that is no number (a string, a list, a tensor of
+several elements) raises NotANumber; the agent leaves that field out and warns once.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+from typing import Any
+
+from gpumix.agent.lazy import LazyScalar, PinnedPool
+
+Coerced = int | float | LazyScalar | None
+
+
+class NotANumber(TypeError):
+    """str() names what the value was, e.g. 'str' or 'a tensor of 8 elements'."""
+
+
+def coerce(value: Any, pinned: PinnedPool | None, average: bool = False) -> Coerced:
+    """A plain int or float, a LazyScalar for a CUDA tensor, or None; NotANumber otherwise.
+
+    average: a tensor of several elements gives its mean (a per-sample loss) instead of NotANumber.
+    """
+    kind = type(value)
+    if value is None or kind is int or kind is float:  # the common case first: nothing to do
+        return value
+    if isinstance(value, bool) or isinstance(value, complex):
+        raise NotANumber(kind.__name__)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return _tensor(value, torch, pinned, average)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray | numpy.generic):
+        if value.size != 1:
+            raise NotANumber(f"an array of {value.size} elements")
+        return _plain(value.item(), kind.__name__)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):  # Fraction, numpy's registered scalars
+        return float(value)
+    raise NotANumber(kind.__name__)
+
+
+def _tensor(value: Any, torch: Any, pinned: PinnedPool | None, average: bool) -> Coerced:
+    if value.dtype == torch.bool or value.is_complex():
+        raise NotANumber(f"a {value.dtype} tensor")
+    if value.numel() != 1 and not average:
+        raise NotANumber(f"a tensor of {value.numel()} elements")
+    if value.device.type == "cuda" and pinned is not None:
+        return LazyScalar(value, pinned)  # read one step later: .item() now would wait for the GPU
+    if value.numel() != 1:
+        return float(value.detach().float().mean())
+    return _plain(value.item(), "tensor")
+
+
+def _plain(item: Any, what: str) -> int | float:
+    if isinstance(item, bool) or not isinstance(item, int | float):
+        raise NotANumber(f"{what} holding {type(item).__name__}")
+    return item
+
+
+def read(value: Coerced) -> int | float | None:
+    """The number now (a LazyScalar whose copy has not finished yet reads None)."""
+    return value.read() if isinstance(value, LazyScalar) else value
