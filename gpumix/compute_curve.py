@@ -12,6 +12,7 @@ extrapolation moves work onto a rank that then paces the step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -29,7 +30,7 @@ class ComputeCurve:
         (measurement noise can say so), so each time is at least the one before it."""
         by_samples: dict[float, float] = {}
         for samples, seconds in points:
-            if samples > 0 and seconds > 0:
+            if samples > 0 and seconds > 0 and math.isfinite(samples) and math.isfinite(seconds):
                 by_samples[float(samples)] = float(seconds)
         if not by_samples:
             raise ValueError("a compute curve needs a point with samples > 0 and seconds > 0")

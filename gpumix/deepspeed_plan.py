@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 
 def common_accumulation(global_batch: int, needed: int) -> int:
-    """The smallest k >= needed that divides B (every micro-step then holds B / k samples)."""
-    for k in range(max(1, needed), global_batch + 1):
-        if global_batch % k == 0:
-            return k
-    return global_batch
+    """The smallest k >= needed that divides B (every micro-step then holds B / k samples).
+    The divisors come in pairs up to sqrt(B): a prime B costs sqrt(B) steps, not B."""
+    divisors = {d for low in range(1, math.isqrt(global_batch) + 1) if global_batch % low == 0
+                for d in (low, global_batch // low)}
+    return min((k for k in divisors if k >= max(1, needed)), default=global_batch)
 
 
 def _round_shares(total: int, shares: list[float]) -> list[int]:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
-from gpumix.planner import Plan, PlanRequest, RankMeasure, estimate_mem_per_sample, plan
+from gpumix.planner import (
+    MAX_GLOBAL_BATCH,
+    Plan,
+    PlanRequest,
+    RankMeasure,
+    estimate_mem_per_sample,
+    plan,
+)
 from gpumix.sim.job_model import LINK_EFFICIENCY
 
 MIN_COMPUTE_SHARE = 0.01
@@ -30,6 +38,28 @@ def pick_job(snapshot: dict[str, Any], job: str | None) -> str:
     return names[0]
 
 
+def _plausible(value: Any, low: float, high: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+        and low <= value <= high
+
+
+# What a rank reports, in range: a measurement outside is refused (a rank saying 1e30 samples
+# per step would otherwise be planned for), with the rank and the field named.
+_RANK_RANGES = {"samples": (0.0, MAX_GLOBAL_BATCH), "samples_per_s": (0.0, 1e12), "micro_batch": (0.0, MAX_GLOBAL_BATCH),
+                "compute_s": (0.0, 1e6), "step_time_s": (0.0, 1e6), "mem_peak_bytes": (0.0, 2.0**60),
+                "gradient_bytes": (0.0, 1e15)}
+_POINT_RANGES = {"samples": (0.0, MAX_GLOBAL_BATCH), "compute_s": (0.0, 1e6), "micro_batch": (0.0, MAX_GLOBAL_BATCH),
+                 "mem_peak_bytes": (0.0, 2.0**60)}
+
+
+def _check_rank(rank: dict[str, Any]) -> None:
+    for table, ranges in ((rank, _RANK_RANGES), *((p, _POINT_RANGES) for p in rank.get("points") or [])):
+        for key, (low, high) in ranges.items():
+            value = table.get(key)
+            if value is not None and not _plausible(value, low, high):
+                raise PlanInputError(f"rank {rank.get('rank')} reports {key} = {value!r}: not a plausible measurement")
+
+
 def _compute_points(rank: dict[str, Any]) -> tuple[tuple[int, float], ...]:
     return tuple((round(p["samples"]), p["compute_s"]) for p in rank.get("points") or []
                  if p.get("samples") and p.get("compute_s"))
@@ -48,6 +78,7 @@ def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
     for rank in snapshot.get("ranks", []):
         if rank.get("job") != job or not rank.get("connected"):
             continue
+        _check_rank(rank)
         if not rank.get("samples_per_s") or not rank.get("samples"):
             raise PlanInputError(f"rank {rank['rank']} has not reported samples per step yet")
         gpu = gpus.get(rank.get("gpu_uuid") or "", {})
@@ -88,12 +119,16 @@ def plan_from_snapshot(snapshot: dict[str, Any], job: str | None = None, global_
     ranks get no samples: applied, the job restarts without them."""
     job = pick_job(snapshot, job)
     found = measures(snapshot, job)
-    batch = global_batch or sum(m.current_samples for m in found)
-    reported = [r.get("gradient_bytes") for r in snapshot["ranks"] if r.get("job") == job and r.get("gradient_bytes")]
+    batch = sum(m.current_samples for m in found) if global_batch is None else global_batch
+    reported = [r["gradient_bytes"] for r in snapshot["ranks"] if r.get("job") == job and r.get("connected")
+                and r.get("gradient_bytes")]
     grad = gradient_bytes or (statistics.median(reported) if reported else None)
     if grad is None:
         raise PlanInputError("the ranks do not report their gradient size: pass --gradient-mb")
-    granularity = granularity or ((snapshot.get("jobs") or {}).get(job) or {}).get("granularity") or 1
+    if granularity is None:
+        granularity = ((snapshot.get("jobs") or {}).get(job) or {}).get("granularity") or 1
+        if not _plausible(granularity, 1, MAX_GLOBAL_BATCH):
+            raise PlanInputError(f"job {job!r}: the hub says granularity {granularity!r}: not 1 to {MAX_GLOBAL_BATCH}")
     request = PlanRequest(global_batch=batch, gradient_bytes=grad, granularity=int(granularity),
                           measured_comm_s=measured_comm_s(snapshot, job), exclude=exclude)
     return job, plan(found, request)

@@ -21,6 +21,7 @@ the slowest effective link (gpumix.sim.job_model).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
@@ -30,6 +31,32 @@ from gpumix.compute_curve import ComputeCurve
 from gpumix.sim.job_model import allreduce_seconds
 
 _EPS = 1e-12
+
+# Bounds that keep one plan a fraction of a second however absurd its inputs (the TUI and
+# auto re-plan call it too): a request past them is refused with one line, never searched.
+MAX_GLOBAL_BATCH = 10**7  # samples per optimizer step: far beyond any real job on one box
+MAX_ACCUMULATION_STEPS = 1024  # k_r when the request sets none: memory then bounds n_r to cap * k
+MAX_IMPROVE_MOVES = 2048  # single-sample moves after rounding (rounding leaves few to make)
+MAX_SEARCH_VALUES = 8192  # candidate counts the exact micro-batch search may scan, all ranks
+MAX_DP_WORK = 1_000_000  # (partial sum, choice) pairs the exact search may visit
+SEARCH_LIMIT_S = 10.0  # the safety net: a search that runs longer is stopped and refused
+
+
+class PlanError(ValueError):
+    """A request the planner refuses (absurd, or unsearchable); str() is the one line shown."""
+
+
+class _Deadline:
+    """The time safety net: check() raises PlanError once `limit_s` has passed."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.at = time.monotonic() + limit_s
+
+    def check(self) -> None:
+        if time.monotonic() >= self.at:
+            raise PlanError(f"the split search ran past {self.limit_s:g} s and was stopped:"
+                            " try a smaller global batch or granularity")
 
 
 @dataclass(frozen=True)
@@ -172,23 +199,43 @@ def micro_batch_cap(measure: RankMeasure, request: PlanRequest) -> int | None:
     return None if cap is None else max(1, cap)
 
 
-def factorize(samples: int, cap: int | None, max_k: int | None) -> tuple[int, int] | None:
-    """(m, k) with m * k == samples, m <= cap and k as small as possible; None if none."""
+def effective_max_k(request: PlanRequest) -> int:
+    """The accumulation steps a rank may take: as requested, else MAX_ACCUMULATION_STEPS."""
+    return request.max_accumulation_steps or MAX_ACCUMULATION_STEPS
+
+
+def factorize(samples: int, cap: int | None, max_k: int) -> tuple[int, int] | None:
+    """(m, k) with m * k == samples, m <= cap, k <= max_k and k as small as possible; None if none."""
     if cap is None or samples <= cap:
         return samples, 1
-    for k in range(math.ceil(samples / cap), (max_k or samples) + 1):
+    for k in range(math.ceil(samples / cap), min(max_k, samples) + 1):
         if samples % k == 0:
             return samples // k, k
     return None
 
 
-def _good(samples: int, cap: int | None, max_k: int | None) -> bool:
+def _good(samples: int, cap: int | None, max_k: int) -> bool:
     """Splits into equal micro-batches at least half the cap: accumulation, but no tiny
-    micro-batches (a prime n_r above the cap would need micro-batches of one)."""
+    micro-batches (a prime n_r above the cap would need micro-batches of one). The smallest
+    k that divides gives the largest micro-batch, so only k up to 2n/cap can do."""
     if cap is None or samples <= cap:
         return True
-    fit = factorize(samples, cap, max_k)
-    return fit is not None and 2 * fit[0] >= cap
+    high_k = min(max_k, 2 * samples // cap)
+    return any(samples % k == 0 for k in range(math.ceil(samples / cap), high_k + 1))
+
+
+def _good_at_most(samples: int, cap: int | None, max_k: int) -> int:
+    """The largest count <= samples that is _good: some m * k with cap/2 <= m <= cap, k <= max_k
+    (one pass over k, not a walk down the counts)."""
+    if cap is None or samples <= cap:
+        return samples
+    half = math.ceil(cap / 2)
+    best = cap
+    for k in range(2, min(max_k, samples // half) + 1):
+        micro = min(cap, samples // k)
+        if micro >= half:
+            best = max(best, micro * k)
+    return best
 
 
 # -- prediction -------------------------------------------------------------------------------
@@ -276,10 +323,12 @@ def _round(total: int, shares: Sequence[float], upper: Sequence[int]) -> list[in
     return counts
 
 
-def _improve(counts: list[int], curves: Sequence[ComputeCurve], upper: Sequence[int]) -> None:
+def _improve(counts: list[int], curves: Sequence[ComputeCurve], upper: Sequence[int],
+             deadline: _Deadline) -> None:
     """Move single samples from the slowest rank to the one that stays fastest after
-    taking it, while that lowers the slowest time."""
-    for _ in range(sum(counts) * len(counts) + 1):
+    taking it, while that lowers the slowest time (rounding leaves a few moves to make)."""
+    for _ in range(min(sum(counts) * len(counts) + 1, MAX_IMPROVE_MOVES)):
+        deadline.check()
         times = [c.time_s(n) for n, c in zip(counts, curves, strict=True)]
         slow = max(range(len(counts)), key=times.__getitem__)
         takers = [j for j in range(len(counts)) if j != slow and counts[j] < upper[j]]
@@ -292,10 +341,12 @@ def _improve(counts: list[int], curves: Sequence[ComputeCurve], upper: Sequence[
         counts[taker] += 1
 
 
-def _min_max_exact(total: int, choices: Sequence[Sequence[int]], curves: Sequence[ComputeCurve]
-                   ) -> list[int] | None:
+def _min_max_exact(total: int, choices: Sequence[Sequence[int]], curves: Sequence[ComputeCurve],
+                   deadline: _Deadline) -> list[int] | None:
     """One value from each rank's choices, summing to total, with the least max time.
-    Dynamic programming over partial sums; the choices are short windows, so it is small."""
+    Dynamic programming over partial sums; the choices are short windows, so it is small.
+    None when no such values exist, or the search would pass MAX_DP_WORK."""
+    work = 0
     lows = [min(c) if c else 0 for c in choices]
     highs = [max(c) if c else 0 for c in choices]
     layer: dict[int, float] = {0: 0.0}
@@ -305,6 +356,10 @@ def _min_max_exact(total: int, choices: Sequence[Sequence[int]], curves: Sequenc
         times = {v: curves[j].time_s(v) for v in values}
         nxt: dict[int, float] = {}
         ptr: dict[int, tuple[int, int]] = {}
+        work += len(layer) * len(values)
+        if work > MAX_DP_WORK:
+            return None
+        deadline.check()
         for partial, time_s in layer.items():
             for v in values:
                 reach = partial + v
@@ -328,29 +383,32 @@ def _min_max_exact(total: int, choices: Sequence[Sequence[int]], curves: Sequenc
 
 def _fit_micro_batches(
     counts: list[int], curves: Sequence[ComputeCurve], caps: Sequence[int | None],
-    upper: Sequence[int], max_k: int | None,
+    upper: Sequence[int], max_k: int, deadline: _Deadline,
 ) -> None:
     """Make every count split into good micro-batches (_good) at the least max time:
-    an exact search over windows around the counts, wider until a split is found."""
+    an exact search over windows around the counts, wider until a split is found (while the
+    windows stay within MAX_SEARCH_VALUES)."""
     if all(_good(n, cap, max_k) for n, cap in zip(counts, caps, strict=True)):
         return
     total = sum(counts)
     for width in (4, 16, 64):
-        choices = []
-        for n, cap, high in zip(counts, caps, upper, strict=True):
-            reach = width * (1 if cap is None else math.ceil(n / cap))  # gaps grow with k
-            choices.append([v for v in range(max(1, n - reach), min(high, n + reach) + 1)
-                            if _good(v, cap, max_k)])
-        best = _min_max_exact(total, choices, curves)
+        windows = [(max(1, n - reach), min(high, n + reach)) for n, cap, high in zip(counts, caps, upper, strict=True)
+                   for reach in [width * (1 if cap is None else math.ceil(n / cap))]]  # gaps grow with k
+        if sum(high - low + 1 for low, high in windows) > MAX_SEARCH_VALUES:
+            break
+        deadline.check()
+        choices = [[v for v in range(low, high + 1) if _good(v, cap, max_k)]
+                   for (low, high), cap in zip(windows, caps, strict=True)]
+        best = _min_max_exact(total, choices, curves, deadline)
         if best is not None:
             counts[:] = best
             return
     # No good split near: snap down, and one rank takes the rest with smaller micro-batches.
     shed = 0
     for i, cap in enumerate(caps):
-        while not _good(counts[i], cap, max_k):
-            counts[i] -= 1
-            shed += 1
+        snapped = _good_at_most(counts[i], cap, max_k)
+        shed += counts[i] - snapped
+        counts[i] = snapped
     fits = [j for j, n in enumerate(counts)
             if n + shed <= upper[j] and factorize(n + shed, caps[j], max_k) is not None]
     if not fits:
@@ -361,7 +419,7 @@ def _fit_micro_batches(
 
 def _snap_to_granularity(
     counts: list[int], curves: Sequence[ComputeCurve], caps: Sequence[int | None],
-    upper: Sequence[int], max_k: int | None, granularity: int,
+    upper: Sequence[int], max_k: int, granularity: int, deadline: _Deadline,
 ) -> bool:
     """Counts in whole multiples of `granularity`, the least max time among nearby such splits;
     then B's remainder goes to the rank it slows least. False (counts unchanged) when none fits."""
@@ -371,7 +429,7 @@ def _snap_to_granularity(
     for n, high in zip(counts, upper, strict=True):
         units = range(max(1, n // granularity - 3), n // granularity + 4)
         choices.append([u * granularity for u in units if u * granularity <= high])
-    best = _min_max_exact(total - rest, choices, curves)
+    best = _min_max_exact(total - rest, choices, curves, deadline)
     if best is None:
         return False
     if rest:
@@ -387,25 +445,24 @@ def _snap_to_granularity(
 
 
 def _split(
-    global_batch: int, measures: Sequence[RankMeasure], request: PlanRequest
+    global_batch: int, measures: Sequence[RankMeasure], request: PlanRequest, deadline: _Deadline,
 ) -> tuple[list[int], list[int | None], list[float]]:
     """(counts, caps, continuous shares) for ranks that take part."""
     curves = [m.compute_curve() for m in measures]
     caps = [micro_batch_cap(m, request) for m in measures]
-    max_k = request.max_accumulation_steps
-    upper = [global_batch if c is None or max_k is None else min(global_batch, c * max_k)
-             for c in caps]
+    max_k = effective_max_k(request)
+    upper = [global_batch if c is None else min(global_batch, c * max_k) for c in caps]
     if global_batch < len(measures):
         raise ValueError(f"global batch {global_batch} is smaller than the {len(measures)} ranks")
     if sum(upper) < global_batch:
-        raise ValueError(f"global batch {global_batch} does not fit: at most {sum(upper)} "
-                         "samples within memory and accumulation limits")
+        raise ValueError(f"global batch {global_batch} does not fit: memory and at most {max_k} accumulation"
+                         f" steps allow {sum(upper)} samples per step on these ranks")
     shares, _ = _balanced_shares(global_batch, curves, [1.0] * len(curves), [float(u) for u in upper])
     counts = _round(global_batch, shares, upper)
-    _improve(counts, curves, upper)
-    _fit_micro_batches(counts, curves, caps, upper, max_k)
+    _improve(counts, curves, upper, deadline)
+    _fit_micro_batches(counts, curves, caps, upper, max_k, deadline)
     if request.granularity > 1:
-        _snap_to_granularity(counts, curves, caps, upper, max_k, request.granularity)
+        _snap_to_granularity(counts, curves, caps, upper, max_k, request.granularity, deadline)
     return counts, caps, shares
 
 
@@ -449,18 +506,70 @@ def _current_is_candidate(
     return True
 
 
-def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
+def _finite(value: float | None, low: float, high: float) -> bool:
+    return value is not None and math.isfinite(value) and low <= value <= high
+
+
+def check_request(measures: Sequence[RankMeasure], request: PlanRequest) -> None:
+    """Refuse what no search should run on, with one line (PlanError): absurd batches,
+    sizes and exclusions, and measurements that cannot be (inf, nan, 1e30 samples)."""
+    B = request.global_batch
+    if not 1 <= B <= MAX_GLOBAL_BATCH:
+        raise PlanError(f"global batch {B}: must be 1 to {MAX_GLOBAL_BATCH} samples per step")
+    if not _finite(request.gradient_bytes, 1.0, 1e15):
+        raise PlanError(f"gradient size {request.gradient_bytes!r} bytes: must be a finite size > 0")
+    if not 1 <= request.granularity <= B:
+        raise PlanError(f"granularity {request.granularity}: must be 1 to the global batch ({B})")
+    if not _finite(request.memory_safety_margin, 0.0, 0.99):
+        raise PlanError("the memory safety margin must be 0 to 0.99")
+    for name in ("max_micro_batch", "max_accumulation_steps"):
+        limit = getattr(request, name)
+        if limit is not None and not 1 <= limit <= MAX_GLOBAL_BATCH:
+            raise PlanError(f"{name} {limit}: must be 1 to {MAX_GLOBAL_BATCH}")
+    if request.measured_comm_s is not None and not _finite(request.measured_comm_s, 0.0, 1e6):
+        raise PlanError(f"measured communication {request.measured_comm_s!r} s: not a plausible time")
+    ranks = {m.rank for m in measures}
+    if len(ranks) != len(measures):
+        raise PlanError("two measurements name the same rank")
+    unknown = sorted(request.exclude - ranks)
+    if unknown:
+        raise PlanError(f"excluded ranks {unknown} are not in the job (ranks {sorted(ranks)})")
+    if not ranks - request.exclude:
+        raise PlanError("every rank is excluded")
+    for m in measures:
+        _check_measure(m, taking_part=m.rank not in request.exclude)
+
+
+def _check_measure(m: RankMeasure, taking_part: bool) -> None:
+    def refuse(what: str) -> None:
+        raise PlanError(f"rank {m.rank}: {what}: not a plausible measurement")
+
+    if not 0 <= m.current_samples <= MAX_GLOBAL_BATCH:
+        refuse(f"{m.current_samples} samples per step")
+    if taking_part and not _finite(m.compute_samples_per_s, 1e-9, 1e12):
+        refuse(f"{m.compute_samples_per_s!r} samples/s of compute")
+    if not (m.link_bytes_per_s > 0):  # inf: no link limit known; nan fails this too
+        refuse(f"link {m.link_bytes_per_s!r} bytes/s")
+    for name in ("mem_total_bytes", "mem_peak_bytes", "mem_per_sample_bytes"):
+        value = getattr(m, name)
+        if value is not None and not _finite(value, 0.0, 2.0**60):
+            refuse(f"{name} {value!r}")
+    if m.micro_batch is not None and not 0 <= m.micro_batch <= MAX_GLOBAL_BATCH:
+        refuse(f"micro-batch {m.micro_batch}")
+    for samples, seconds in m.compute_points:
+        if not (0 < samples <= MAX_GLOBAL_BATCH and _finite(seconds, 0.0, 1e6)):
+            refuse(f"an earlier split of {samples} samples in {seconds!r} s")
+
+
+def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: float = SEARCH_LIMIT_S) -> Plan:
+    """The split for `request`; PlanError (a ValueError, one line) for a request refused."""
+    check_request(measures, request)
+    deadline = _Deadline(time_limit_s)
     measures = sorted(measures, key=lambda m: m.rank)
     part = [m for m in measures if m.rank not in request.exclude]
-    if not part:
-        raise ValueError("every rank is excluded")
-    if any(m.compute_samples_per_s <= 0 for m in part):
-        raise ValueError("every rank that takes part needs a throughput > 0")
-    if request.granularity < 1:
-        raise ValueError("the granularity must be at least 1")
     B = request.global_batch
     comm = comm_model(measures, request)
-    counts, caps, shares = _split(B, part, request)
+    counts, caps, shares = _split(B, part, request, deadline)
     unbounded, _ = _balanced_shares(B, [m.compute_curve() for m in part], [1.0] * len(part), [float(B)] * len(part))
     by_rank = {m.rank: i for i, m in enumerate(part)}
     proposed_counts = [counts[by_rank[m.rank]] if m.rank in by_rank else 0 for m in measures]
@@ -474,7 +583,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
     )
     note = None
     R = len(part)
-    max_k = request.max_accumulation_steps
+    max_k = effective_max_k(request)
     ranks = []
     if kept:
         proposed = current
@@ -488,8 +597,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
                 limited_by=() if n else ("excluded",),
             ))
     else:
-        upper_of = {m.rank: (B if c is None or max_k is None else min(B, c * max_k))
-                    for m, c in zip(part, caps, strict=True)}
+        upper_of = {m.rank: (B if c is None else min(B, c * max_k)) for m, c in zip(part, caps, strict=True)}
         for m in measures:
             if m.rank not in by_rank:
                 ranks.append(RankPlan(m.rank, m.gpu_uuid, 0, 0, 0, 0.0, ("excluded",)))
@@ -511,7 +619,9 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
     fast = None
     if len(tier) < len(part):
         try:
-            tier_counts, _, _ = _split(B, tier, request)
+            tier_counts, _, _ = _split(B, tier, request, deadline)
+        except PlanError:
+            raise
         except ValueError:  # B does not fit on the tier alone
             tier_counts = None
         if tier_counts is not None:
@@ -522,12 +632,12 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest) -> Plan:
     return Plan(
         global_batch=B, ranks=tuple(ranks), current=current, proposed=proposed,
         ideal=ideal(B, part, comm), kept_current=kept, note=note, fast_tier_only=fast,
-        best_without_tier=best_without_tier(part, request, comm),
+        best_without_tier=best_without_tier(part, request, comm, deadline),
     )
 
 
-def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest, comm: CommModel
-                      ) -> TierAlternative | None:
+def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest, comm: CommModel,
+                      deadline: _Deadline) -> TierAlternative | None:
     """Leave one tier out (its cards for eval): a slow tier on slow links can pace every
     all-reduce, so the job may be faster without it. The best such option, if any tier exists
     whose absence beats nothing; `tier` names the tier left out, `ranks` the ranks kept."""
@@ -536,7 +646,9 @@ def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest, comm: C
     for tier in tiers if len(tiers) > 1 else []:
         kept = [m for m in part if m.tier != tier]
         try:
-            counts, _, _ = _split(request.global_batch, kept, request)
+            counts, _, _ = _split(request.global_batch, kept, request, deadline)
+        except PlanError:
+            raise
         except ValueError:  # B does not fit on the rest
             continue
         prediction = predict(counts, kept, comm)

@@ -4,7 +4,10 @@ the communication the step waits for."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
+
+import pytest
 
 from gpumix.hub import Hub
 from gpumix.hub.ranks import MEDIAN_WINDOW, POINT_MAX_AGE_S, parse_hello, parse_step
@@ -119,3 +122,36 @@ def test_auto_replan_proposes_when_due_and_warmed_up(demo_hub: Hub) -> None:
     assert auto.propose(snapshot, "train", 0, 1, now_s=CHECK_S + 1) is None  # at most max_restarts
     picky = AutoReplan(min_speedup=100.0)
     assert picky.propose(snapshot, "train", 0, 1, now_s=0.0) is None  # nothing pays that much
+
+
+# -- absurd measurements and requests: one line, no hang (issue 10, item 10) ----------------------
+
+
+def with_rank(snapshot: dict[str, Any], rank: int, **fields: Any) -> dict[str, Any]:
+    """The snapshot with one rank's row changed as a hostile or broken agent could make it."""
+    ranks = [{**r, **fields} if r["rank"] == rank else r for r in snapshot["ranks"]]
+    return {**snapshot, "ranks": ranks}
+
+
+@pytest.mark.parametrize("fields", [
+    {"samples": 1e30}, {"samples": math.inf}, {"samples_per_s": math.nan}, {"compute_s": 1e308},
+    {"samples_per_s": 1e-308}, {"mem_peak_bytes": -1.0}, {"gradient_bytes": math.inf},
+])
+def test_a_rank_reporting_absurd_numbers_makes_the_plan_refuse(demo_hub: Hub, fields: dict[str, Any]) -> None:
+    snapshot = with_rank(straggling_job(demo_hub), 1, **fields)
+    with pytest.raises(ValueError) as refused:  # PlanInputError or PlanError: both one line
+        plan_from_snapshot(snapshot, "train")
+    message = str(refused.value)
+    assert "rank 1" in message and "not a plausible measurement" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("arguments", "says"), [
+    ({"global_batch": 0}, "global batch 0: must be 1 to"),
+    ({"global_batch": 10**30}, "must be 1 to 10000000 samples per step"),
+    ({"exclude": frozenset({99})}, "excluded ranks [99] are not in the job"),
+    ({"gradient_bytes": math.inf}, "gradient size inf bytes"),
+    ({"granularity": 1_000_000}, "granularity 1000000: must be 1 to the global batch (96)"),
+])
+def test_absurd_requests_from_the_command_line_are_refused(demo_hub: Hub, arguments: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        plan_from_snapshot(straggling_job(demo_hub), "train", **arguments)

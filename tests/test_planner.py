@@ -9,7 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumix.planner import (
+    MAX_ACCUMULATION_STEPS,
+    MAX_GLOBAL_BATCH,
     CommModel,
+    PlanError,
     PlanRequest,
     RankMeasure,
     comm_model,
@@ -172,7 +175,7 @@ def rigs(draw: st.DrawFn) -> tuple[list[RankMeasure], PlanRequest, dict[int, int
         global_batch=global_batch, gradient_bytes=draw(st.floats(1e5, 1e9)),
         memory_safety_margin=draw(st.floats(0.0, 0.3)),
         max_micro_batch=draw(st.one_of(st.none(), st.integers(1, 64))),
-        granularity=draw(st.sampled_from([1, 1, 2, 8])),
+        granularity=draw(st.sampled_from([g for g in (1, 1, 2, 8) if g <= global_batch])),  # more: refused
         measured_comm_s=draw(st.one_of(st.none(), st.floats(0.0, 1.0))),
     )
     caps = {m.rank: micro_batch_cap(m, request) for m in measures}
@@ -308,3 +311,69 @@ def test_comm_model_without_a_measurement_is_the_link_model() -> None:
     model = CommModel(gradient_bytes=1e8)
     assert math.isclose(model.seconds([1e9, 2e9]), 2 * 1 / 2 * 1e8 / 1e9)
     assert CommModel(1e8, measured_s=0.05, measured_links=(1e9, 1e9)).seconds([1e9]) == 0.0  # one rank
+
+
+# -- absurd requests: refused in one line, never searched (issue 10, item 10) ---------------------
+
+
+def four_ranks(**extra) -> list[RankMeasure]:
+    return [RankMeasure(rank=i, samples_per_s=100.0 * (i + 1), current_samples=32, link_bytes_per_s=1e10,
+                        tier=f"t{i % 2}", **extra) for i in range(4)]
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"global_batch": 10**30}, "global batch 1000000000000000000000000000000: must be 1 to 10000000"),
+    ({"global_batch": 10**12}, "must be 1 to 10000000 samples per step"),
+    ({"global_batch": 0}, "global batch 0: must be 1 to"),
+    ({"gradient_bytes": math.inf}, "gradient size inf bytes"),
+    ({"gradient_bytes": math.nan}, "gradient size nan bytes"),
+    ({"gradient_bytes": -1.0}, "gradient size -1.0 bytes"),
+    ({"granularity": 1_000_000}, "granularity 1000000: must be 1 to the global batch (128)"),
+    ({"exclude": frozenset({99})}, "excluded ranks [99] are not in the job (ranks [0, 1, 2, 3])"),
+    ({"exclude": frozenset(range(4))}, "every rank is excluded"),
+    ({"measured_comm_s": -1e308}, "measured communication"),
+])
+def test_absurd_requests_are_refused_in_one_line(changes, says) -> None:
+    request = PlanRequest(**{"global_batch": 128, "gradient_bytes": 1e8, **changes})
+    with pytest.raises(PlanError) as refused:
+        plan(four_ranks(), request)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("current_samples", 10**30), ("samples_per_s", math.inf), ("samples_per_s", 1e-308), ("samples_per_s", math.nan),
+    ("link_bytes_per_s", math.nan), ("compute_points", ((10**30, 1.0),)), ("compute_points", ((64, math.inf),)),
+])
+def test_absurd_measurements_are_refused_naming_the_rank(field, value) -> None:
+    measures = four_ranks()
+    measures[2] = RankMeasure(**{**measures[2].__dict__, field: value})
+    with pytest.raises(PlanError, match=r"^rank 2: .*not a plausible measurement$"):
+        plan(measures, PlanRequest(global_batch=128, gradient_bytes=1e8))
+
+
+def test_more_samples_than_memory_and_accumulation_allow_is_refused() -> None:
+    # 10 samples fit per micro-batch: 40 000 samples on two ranks would take 2 000 accumulation
+    # steps each; the planner accumulates at most MAX_ACCUMULATION_STEPS unless told otherwise.
+    measures = [RankMeasure(rank=i, samples_per_s=100.0, current_samples=8, link_bytes_per_s=1e10, micro_batch=8,
+                            mem_total_bytes=12 * GIB, mem_peak_bytes=8 * GIB) for i in range(2)]
+    request = PlanRequest(global_batch=40_000, gradient_bytes=1e8)
+    assert micro_batch_cap(measures[0], request) == 10
+    with pytest.raises(ValueError, match=r"does not fit: memory and at most 1024 accumulation steps allow 20480"):
+        plan(measures, request)
+    fits = plan(measures, PlanRequest(global_batch=20_000, gradient_bytes=1e8))
+    assert all(r.micro_batch <= 10 and r.accumulation_steps <= MAX_ACCUMULATION_STEPS for r in fits.ranks)
+
+
+def test_the_largest_batch_allowed_plans_with_memory_and_whole_tiles() -> None:
+    # At the ceiling, with memory caps that need accumulation and a granularity: a plan, not a hang.
+    measures = [RankMeasure(rank=i, samples_per_s=100.0 * (1 + i % 3), current_samples=32, micro_batch=32,
+                            link_bytes_per_s=1e10, mem_total_bytes=80 * GIB, mem_peak_bytes=GIB + 32 * 10 * 2**20,
+                            mem_per_sample_bytes=10 * 2**20, tier=f"t{i % 3}") for i in range(16)]
+    result = plan(measures, PlanRequest(global_batch=MAX_GLOBAL_BATCH - 3, gradient_bytes=1e8, granularity=7))
+    assert sum(r.samples for r in result.ranks) == MAX_GLOBAL_BATCH - 3
+    assert all(r.micro_batch * r.accumulation_steps == r.samples for r in result.ranks)
+
+
+def test_a_search_past_its_time_limit_is_refused() -> None:
+    with pytest.raises(PlanError, match="ran past 0 s and was stopped"):
+        plan(mixed_rig(), PlanRequest(global_batch=640, gradient_bytes=1e8), time_limit_s=0.0)
