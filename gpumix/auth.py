@@ -20,11 +20,14 @@ import hmac
 import ipaddress
 import json
 import os
+import pwd
 import secrets
 import socket
 import ssl
 import stat
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,24 +171,84 @@ def open_socket(address: str, timeout_s: float) -> socket.socket:
 # -- Unix peers -----------------------------------------------------------------------------
 
 
-def peer_uid(sock: socket.socket) -> int | None:
-    """The uid of the process at the other end of a Unix socket (Linux SO_PEERCRED), or None."""
+def peer_credentials(sock: socket.socket) -> tuple[int, int] | None:
+    """(uid, gid) of the process at the other end of a Unix socket (Linux SO_PEERCRED), or None."""
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:
         return None
     try:
-        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+        _pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
     except OSError:
         return None
-    return uid
+    return uid, gid
 
 
-def peer_refusal(uid: int | None, own_uid: int | None = None) -> str | None:
-    """Why a Unix peer is refused (another user), or None to let it in."""
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (Linux SO_PEERCRED), or None."""
+    credentials = peer_credentials(sock)
+    return None if credentials is None else credentials[0]
+
+
+def groups_of_uid(uid: int) -> set[int]:
+    """The uid's groups from the system's user database (primary and supplementary); empty if unknown.
+
+    SO_PEERCRED gives only the peer's primary gid, so supplementary groups are looked up by uid."""
+    try:
+        entry = pwd.getpwuid(uid)
+        return set(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    except (KeyError, OSError):
+        return set()
+
+
+def uid_label(uid: int | None) -> str:
+    """A peer as the audit names it: `alice (uid 1000)` (the name from the user database, never from the peer)."""
+    if uid is None:
+        return "local peer (uid unknown)"
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+@dataclass(frozen=True)
+class UnixAccess:
+    """Who besides the hub's owner may use its Unix socket (`gpumix hub --allow-group/--allow-uid`).
+
+    A root hub that sets caps for unprivileged users: the socket goes group-accessible
+    (0660, group `socket_gid`) with only --allow-group, or connectable by all (0666) once
+    a uid is allowed; either way SO_PEERCRED decides who gets in, and everyone else is refused."""
+
+    allowed_uids: frozenset[int] = frozenset()
+    allowed_gids: frozenset[int] = frozenset()
+
+    @property
+    def socket_gid(self) -> int | None:
+        return min(self.allowed_gids) if len(self.allowed_gids) == 1 else None
+
+    @property
+    def socket_mode(self) -> int:
+        if self.allowed_uids or len(self.allowed_gids) > 1:
+            return 0o666  # file modes cannot name single uids: SO_PEERCRED is the gate
+        return 0o660 if self.allowed_gids else 0o600
+
+
+def peer_refusal(uid: int | None, own_uid: int | None = None, gid: int | None = None,
+                 access: UnixAccess | None = None,
+                 groups_of: Callable[[int], set[int]] = groups_of_uid) -> str | None:
+    """Why a Unix peer is refused, or None to let it in: the owner, an allowed uid, or a member
+    (primary or supplementary) of an allowed group."""
     own = os.getuid() if own_uid is None else own_uid
-    if uid is None or uid == own:
+    if access is None or not (access.allowed_uids or access.allowed_gids):
+        if uid is None or uid == own:  # no SO_PEERCRED: the 0600 socket is the guard
+            return None
+        return f"peer uid {uid} is not the hub's owner (uid {own})"
+    if uid is None:  # the socket is open to others: without credentials nobody is let in
+        return "the peer's uid is unknown (no SO_PEERCRED): refused on a shared socket"
+    if uid == own or uid in access.allowed_uids:
         return None
-    return f"peer uid {uid} is not the hub's owner (uid {own})"
+    if gid in access.allowed_gids or groups_of(uid) & access.allowed_gids:
+        return None
+    return f"peer uid {uid} is neither the hub's owner (uid {own}) nor allowed (--allow-uid/--allow-group)"
 
 
 # -- signed controls --------------------------------------------------------------------------
@@ -255,3 +318,11 @@ def client_hello(token: str | None, client_nonce: str | None, readonly: bool) ->
     if readonly:
         hello["readonly"] = True
     return hello
+
+
+def tcp_peer_label(address: Any) -> str:
+    """A TCP peer as the audit names it: whoever holds the token, from where (`token@HOST:PORT`)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = f"[{address[0]}]" if ":" in str(address[0]) else str(address[0])
+        return f"token@{host}:{address[1]}"
+    return "token@unknown"

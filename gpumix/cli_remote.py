@@ -1,8 +1,11 @@
-"""`gpumix hub --tcp`: TCP is off unless asked, loopback unless an address is given, always with the token."""
+"""`gpumix hub --tcp`: TCP is off unless asked, loopback unless an address is given, always with the token.
+`gpumix hub --allow-group/--allow-uid`: a root hub's Unix socket opened to named users (docs/power.md)."""
 
 from __future__ import annotations
 
 import argparse
+import grp
+import pwd
 import ssl
 import sys
 
@@ -54,3 +57,35 @@ def tcp_settings(prog: str, args: argparse.Namespace
 def unix_socket_path(address: str) -> str:
     """The hub's own socket: $GPUMIX_HUB may name a TCP hub for agents; the hub still listens locally."""
     return str(runtime_dir() / "hub.sock") if auth.is_tcp(address) else address
+
+
+def add_access_flags(parser: OneLineParser) -> None:
+    parser.add_argument("--allow-group", metavar="GROUP",
+                        help="let this group's members use the hub's Unix socket (set caps through a root hub);"
+                             " the socket goes 0660 with this group")
+    parser.add_argument("--allow-uid", action="append", metavar="USER",
+                        help="let this user (name or uid) use the hub's Unix socket; repeatable;"
+                             " the socket goes 0666 and the kernel's peer uid decides")
+
+
+def access_settings(prog: str, args: argparse.Namespace) -> auth.UnixAccess | None:
+    """The Unix socket's allow-list from --allow-group/--allow-uid, or None (owner only); one-line
+    errors for unknown names and for a socket in the default (owner-only) folder."""
+    if not args.allow_group and not args.allow_uid:
+        return None
+    if not getattr(args, "socket", None):
+        fail(prog, "--allow-group/--allow-uid need --socket PATH in a folder those users can reach,"
+                   " e.g. --socket /run/gpumix/hub.sock (the default folder is yours alone)")
+    gids: set[int] = set()
+    if args.allow_group:
+        try:
+            gids.add(int(args.allow_group) if args.allow_group.isdigit() else grp.getgrnam(args.allow_group).gr_gid)
+        except KeyError:
+            fail(prog, f"--allow-group: no group named {args.allow_group!r}")
+    uids: set[int] = set()
+    for user in args.allow_uid or []:
+        try:
+            uids.add(int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid)
+        except KeyError:
+            fail(prog, f"--allow-uid: no user named {user!r}")
+    return auth.UnixAccess(allowed_uids=frozenset(uids), allowed_gids=frozenset(gids))

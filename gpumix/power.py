@@ -12,7 +12,7 @@ import getpass
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pynvml
@@ -21,13 +21,24 @@ from gpumix.hw.nvml_backend import NvmlBackend
 from gpumix.hw.types import GpuInfo
 
 PRIVILEGE_HINT = (
-    "setting power caps needs root (or CAP_SYS_ADMIN): run the hub privileged, e.g. `sudo gpumix hub`,"
-    " and gpumix-top as yourself attaches to it"
+    "setting power caps needs root (or CAP_SYS_ADMIN): run the hub as root with a socket your group may use,"
+    " e.g. `sudo gpumix hub --socket /run/gpumix/hub.sock --allow-group gpumix`, then as yourself"
+    " `gpumix-top --hub /run/gpumix/hub.sock` (docs/power.md)"
 )
+MAX_CLAIMED_USER = 64  # characters of a user name a client claims (kept apart, never trusted)
 
 
 class PowerError(RuntimeError):
     """A refused power change; str() is the one line shown to the user."""
+
+
+@dataclass(frozen=True)
+class AuditUser:
+    """Who the audit names: the peer the hub's server knows (uid, token holder) or this process's
+    user; what a client said about itself is kept apart as `claimed`."""
+
+    name: str
+    claimed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,9 +50,19 @@ class PowerChange:
     old_w: float | None
     new_w: float
     dry_run: bool
+    claimed_user: str | None = field(default=None, repr=False)  # audit only
+    audit_error: str | None = field(default=None, repr=False)  # why the audit line could not be written
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self)
+        line = asdict(self)
+        del line["claimed_user"], line["audit_error"]
+        return line
+
+    def audit_json(self) -> dict[str, object]:
+        line = self.to_json()
+        if self.claimed_user is not None:
+            line["claimed_user"] = self.claimed_user
+        return line
 
 
 def audit_log_path() -> Path:
@@ -72,10 +93,15 @@ class PowerController:
             raise PowerError(f"no GPU {index} (this machine has {len(infos)}: 0–{len(infos) - 1})")
         return infos[index]
 
-    def set_cap(self, index: int, watts: float, dry_run: bool = False, user: str | None = None) -> PowerChange:
+    def set_cap(self, index: int, watts: float, dry_run: bool = False, user: str | AuditUser | None = None) -> PowerChange:
+        """Apply (or with dry_run only check) a cap; an applied one gets an audit line, and a line
+        that could not be written is said in the change's `audit_error` (the cap stays applied)."""
         info = self.info(index)
         check_cap(info, watts)
-        change = PowerChange(time.time(), user or self.user, index, info.uuid, self.backend.power_limit_w(index), float(watts), dry_run)
+        who = user if isinstance(user, AuditUser) else AuditUser(user or self.user)
+        claimed = who.claimed[:MAX_CLAIMED_USER] if who.claimed is not None else None
+        change = PowerChange(time.time(), who.name, index, info.uuid, self.backend.power_limit_w(index), float(watts),
+                             dry_run, claimed_user=claimed)
         if dry_run:
             return change
         try:
@@ -88,23 +114,25 @@ class PowerController:
             raise PowerError(f"GPU {index} is lost (fell off the bus): nothing was changed") from None
         except pynvml.NVMLError as error:
             raise PowerError(f"GPU {index}: NVML refused the cap: {error}") from None
-        self._audit(change)
-        return change
+        error = self._audit(change)
+        return change if error is None else replace(change, audit_error=error)
 
-    def reset_cap(self, index: int, dry_run: bool = False, user: str | None = None) -> PowerChange:
+    def reset_cap(self, index: int, dry_run: bool = False, user: str | AuditUser | None = None) -> PowerChange:
         info = self.info(index)
         if info.power_limit_default_w is None:
             raise PowerError(f"GPU {index} ({info.model}) does not report its default power limit")
         return self.set_cap(index, info.power_limit_default_w, dry_run=dry_run, user=user)
 
-    def _audit(self, change: PowerChange) -> None:
-        """One JSON line per applied change: time, user, GPU UUID, old and new cap."""
+    def _audit(self, change: PowerChange) -> str | None:
+        """One JSON line per applied change: time, user, GPU UUID, old and new cap; the reason it could
+        not be written, or None. The cap is applied either way: an unwritable log must not undo it."""
         try:
             self.audit_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.audit_path, "a") as log:
-                log.write(json.dumps(change.to_json()) + "\n")
-        except OSError:
-            pass  # the cap is applied; an unwritable log must not undo or hide that
+                log.write(json.dumps(change.audit_json()) + "\n")
+        except OSError as error:
+            return f"{self.audit_path}: {error.strerror or error}"
+        return None
 
 
 def _user() -> str:

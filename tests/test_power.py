@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import tempfile
 import time
@@ -15,6 +16,7 @@ from typing import Any
 import pynvml
 import pytest
 
+from gpumix.auth import uid_label
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.controls import power_control
@@ -206,12 +208,21 @@ def test_unknown_gpu_index_is_one_line(controller: PowerController, machine: Sim
     assert_unchanged(machine, nvml)
 
 
-def test_unwritable_audit_log_does_not_undo_the_cap(hardware: Hardware, machine: SimMachine, tmp_path: Path) -> None:
+def test_unwritable_audit_log_does_not_undo_the_cap_but_says_so(hardware: Hardware, machine: SimMachine,
+                                                                 tmp_path: Path, clock: ManualClock) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     controller = PowerController(hardware.backend, audit_path=blocker / "sub" / "log.jsonl")
-    controller.set_cap(7, 300)
+    change = controller.set_cap(7, 300)
     assert machine.gpus[7].power_cap_w == 300.0
+    assert change.audit_error is not None and str(blocker) in change.audit_error
+    assert "audit_error" not in change.to_json()
+    hub = ticked_hub(hardware, clock)
+    hub.power = controller
+    reply = hub.control({"type": "power", "action": "set", "gpus": [6], "watts": 300})
+    assert reply["ok"] and machine.gpus[6].power_cap_w == 300.0  # applied, and the reply says the rest
+    assert "the audit log could not be written" in reply["message"] and str(blocker) in reply["audit_error"]
+    assert "audit_error" not in reply["changes"][0]
 
 
 # -- power_control: the hub's requests ------------------------------------------------------
@@ -340,7 +351,8 @@ def test_hub_control_shows_the_new_cap_at_once(hub: Hub, machine: SimMachine) ->
     reply = hub.control({"type": "power", "action": "set", "gpus": [8], "watts": 320, "user": "bob"})
     assert reply["ok"] and hub.ticks == ticks + 1
     assert hub.snapshot()["gpus"][8]["power_cap_w"] == 320.0
-    assert audit_lines()[0]["user"] == "bob"
+    # in-process (the embedded hub): this process's user; what the request claims is kept apart
+    assert (audit_lines()[0]["user"], audit_lines()[0]["claimed_user"]) == (hub.power.user, "bob")
     dry = hub.control({"type": "power", "action": "set", "gpus": [8], "watts": 300, "dry_run": True})
     assert dry["ok"] and hub.ticks == ticks + 1 and machine.gpus[8].power_cap_w == 320.0
 
@@ -369,10 +381,43 @@ def test_power_round_trip_over_the_socket(hub: Hub, machine: SimMachine, sock_pa
         assert machine.gpus[7].power_cap_w == 300.0
         reset = client.control({"type": "power", "action": "reset", "gpus": [7]})
         assert reset["ok"] and machine.gpus[7].power_cap_w == 450.0
-        assert [(line["user"], line["new_w"]) for line in audit_lines()][0] == ("carol", 300.0)
+        # the audit names the peer's uid as the kernel says it, not the user the client claims
+        first = audit_lines()[0]
+        assert (first["user"], first["claimed_user"], first["new_w"]) == (uid_label(os.getuid()), "carol", 300.0)
+        assert "claimed_user" not in audit_lines()[1]
         assert len(audit_lines()) == 2
     finally:
         client.close()
         server.stop()
     gone = HubClient(sock_path, timeout_s=0.5).control({"type": "power", "action": "reset", "gpus": [7]})
-    assert not gone["ok"] and "did not answer" in gone["message"]
+    assert not gone["ok"] and "no hub answered" in gone["message"]
+
+
+def test_the_audit_names_the_peer_not_the_user_it_claims(hub: Hub, machine: SimMachine, sock_path: str) -> None:
+    from tests.test_remote_auth import TOKEN
+
+    server = HubServer(hub, sock_path, tcp=("127.0.0.1", 0), token=TOKEN)
+    server.start()
+    try:
+        local = HubClient(sock_path)
+        claim = {"type": "power", "action": "set", "gpus": [7], "watts": 300, "user": "alice (not me)"}
+        assert local.control(claim)["ok"]
+        remote = HubClient(f"tcp://127.0.0.1:{server.tcp_port}", token=TOKEN)
+        assert remote.control({**claim, "watts": 310, "user": "root"})["ok"]
+        local.close()
+        remote.close()
+    finally:
+        server.stop()
+    unix_line, tcp_line = audit_lines()
+    assert unix_line["user"] == uid_label(os.getuid()) == f"{pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()})"
+    assert unix_line["claimed_user"] == "alice (not me)"
+    assert tcp_line["user"].startswith("token@127.0.0.1:") and tcp_line["claimed_user"] == "root"
+    assert machine.gpus[7].power_cap_w == 310.0
+
+
+def test_a_claimed_user_is_bounded(hub: Hub) -> None:
+    reply = hub.control({"type": "power", "action": "set", "gpus": [8], "watts": 320, "user": "x" * 10_000},
+                        peer="uid 4242")
+    assert reply["ok"]
+    line = audit_lines()[0]
+    assert line["user"] == "uid 4242" and line["claimed_user"] == "x" * 64

@@ -166,18 +166,23 @@ def test_right_token_works_and_controls_are_signed(tcp_hub: tuple[Hub, HubServer
 def test_wrong_or_missing_token_closes(tcp_hub: tuple[Hub, HubServer, str], token: str | None, reason: str) -> None:
     _, server, address = tcp_hub
     raw = RawClient(address, auth.client_hello(token, auth.new_nonce(), readonly=False))
+    refusal = raw.receive()  # one line saying why, then the close
+    assert refusal["type"] == "error" and reason in refusal["message"], refusal
     assert raw.closed()
     assert wait_until(lambda: server.closed_reasons and reason in server.closed_reasons[-1])
     if token is not None:
         client = HubClient(address, timeout_s=3, token=token)
         assert client.snapshot() is None
-        assert client.control({"type": "power", "action": "reset", "gpus": [0]})["ok"] is False
+        assert client.last_error == f"{address}: the hub refused the connection: wrong token"
+        reply = client.control({"type": "power", "action": "reset", "gpus": [0]})
+        assert reply["ok"] is False and "refused the connection: wrong token" in reply["message"]
         client.close()
 
 
 def test_agent_hello_needs_the_token_over_tcp(tcp_hub: tuple[Hub, HubServer, str]) -> None:
     _, server, address = tcp_hub
     raw = RawClient(address, {"type": "hello", "role": "agent", "rank": 0, "job": "t"})
+    assert "no token" in raw.receive()["message"]
     assert raw.closed()
     assert wait_until(lambda: "no token" in server.closed_reasons[-1])
 
@@ -295,11 +300,15 @@ def test_unix_peer_of_another_user_is_refused(tcp_hub: tuple[Hub, HubServer, str
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(3)
             sock.connect(server.socket_path)
+            received = b""
             try:
                 sock.sendall(hello + snapshot)
-                code = 0 if sock.recv(4) == b"" else 1  # 0: the hub closed without an answer
+                while chunk := sock.recv(4096):
+                    received += chunk
             except ConnectionError:
-                code = 0
+                pass
+            # 0: the hub closed with its one-line refusal and no snapshot
+            code = 0 if b'"snapshot"' not in received and b"not the hub's owner" in received else 1
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

@@ -1,25 +1,68 @@
 """A blocking client of a running hub: the same snapshot()/series() as an in-process Hub.
 
-The address is a Unix socket path or `tcp://HOST:PORT`; over TCP the client
-presents the token (the token file, or $GPUMIX_TOKEN) and signs its controls.
+The address is a Unix socket path, `tcp://HOST:PORT` or `tls://HOST:PORT`; over
+TCP the client presents the token (the token file, or $GPUMIX_TOKEN) and signs
+its controls. When the hub cannot be read, `last_error` says why in one line:
+refused (and the hub's reason, e.g. a wrong token), an untrusted TLS
+certificate, plain tcp:// against a TLS hub, or no hub at all.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
-import sys
+import ssl
 import threading
 from typing import Any
 
 from gpumix import auth, protocol
 
-REPLY_TYPES = {"snapshot", "series", "power_result", "replan_result", "supervisor_work"}
+REPLY_TYPES = {"snapshot", "series", "power_result", "replan_result", "supervisor_work", "error"}
+TLS_RECORD_STARTS = (b"\x15\x03", b"\x16\x03")  # a TLS alert or handshake record where a frame was due
+
+
+class HubRefused(ConnectionError):
+    """The hub answered with an `error` frame (a wrong token, a refused uid) and closed."""
+
+
+class HubSpeaksTls(ConnectionError):
+    """A plain tcp:// client reached a TLS listener."""
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """Text from the hub as one plain line: control characters made visible, bounded."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text[:limit])
+
+
+def describe_failure(address: str, error: BaseException) -> str:
+    """Why the hub at `address` could not be read, in one line that says what to do."""
+    if isinstance(error, HubRefused):
+        return f"{address}: the hub refused the connection: {error}"
+    if isinstance(error, HubSpeaksTls):
+        return f"{address}: the hub speaks TLS: use {address.replace(auth.TCP_SCHEME, auth.TLS_SCHEME, 1)}"
+    if isinstance(error, auth.TokenError):
+        return f"{address}: cannot use the token: {error}"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (f"{address}: the hub's TLS certificate is not trusted ({error.verify_message}):"
+                f" set {auth.TLS_CA_ENV} to its CA file (or its certificate)")
+    if isinstance(error, ssl.SSLError):
+        return (f"{address}: the TLS handshake failed ({error.reason or error}): if the hub does not speak TLS,"
+                f" use {address.replace(auth.TLS_SCHEME, auth.TCP_SCHEME, 1)}")
+    if isinstance(error, PermissionError) and not auth.is_tcp(address):
+        return (f"{address}: permission denied: the socket belongs to another user"
+                " (a root hub lets users in with --allow-group; docs/power.md)")
+    if isinstance(error, protocol.ProtocolError):
+        return f"{address}: not a gpumix hub, or another version: {error}"
+    if isinstance(error, TimeoutError | socket.timeout):
+        return f"no hub answered at {address} (timed out)"
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error) or type(error).__name__
+    return f"no hub answered at {address} ({reason})"
 
 
 class HubClient:
     def __init__(self, socket_path: str, timeout_s: float = 5.0, readonly: bool = False,
                  token: str | None = None, token_file: str | None = None) -> None:
-        self.socket_path = socket_path  # a Unix socket path or tcp://HOST:PORT
+        self.socket_path = socket_path  # a Unix socket path, tcp://HOST:PORT or tls://HOST:PORT
         self.timeout_s = timeout_s
         self.readonly = readonly  # said in the hello: the hub refuses every control on this connection
         self.tcp = auth.is_tcp(socket_path)
@@ -28,6 +71,7 @@ class HubClient:
         self._signer: auth.ControlSigner | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()  # one request at a time on the connection
+        self.last_error: str | None = None  # why the last request failed, one line; None after a success
 
     def _connect(self) -> socket.socket:
         nonce = None
@@ -41,7 +85,7 @@ class HubClient:
                                                            client_nonce=nonce, readonly=self.readonly)))
             self._signer = None
             if nonce is not None:
-                welcome = self._receive(sock, {"welcome"})
+                welcome = self._receive(sock, {"welcome", "error"}, first=True)
                 server_nonce = protocol.text(welcome, "nonce", 128)
                 if not server_nonce:
                     raise protocol.ProtocolError("the hub's welcome carries no nonce")
@@ -51,10 +95,23 @@ class HubClient:
             raise
         return sock
 
-    def _receive(self, sock: socket.socket, allowed: set[str] = REPLY_TYPES) -> dict[str, Any]:
-        header = self._read_exactly(sock, protocol.HEADER.size)
+    def _receive(self, sock: socket.socket, allowed: set[str] = REPLY_TYPES, first: bool = False) -> dict[str, Any]:
+        """One frame; an `error` frame raises HubRefused. `first`: the hub's first word to a plain
+        tcp:// hello, where TLS bytes or a silent close mean a TLS listener."""
+        plain_tcp = first and self.tcp and not auth.is_tls(self.socket_path)
+        try:
+            header = self._read_exactly(sock, protocol.HEADER.size)
+        except ConnectionError as error:
+            if plain_tcp:  # a gpumix hub always answers a hello; a TLS listener drops plain bytes
+                raise HubSpeaksTls("closed at the first plain frame") from error
+            raise
+        if plain_tcp and header.startswith(TLS_RECORD_STARTS):
+            raise HubSpeaksTls("answered with a TLS record")
         length = protocol.frame_length(header, protocol.MAX_SNAPSHOT_FRAME_BYTES)
-        return protocol.decode(self._read_exactly(sock, length), allowed)
+        message = protocol.decode(self._read_exactly(sock, length), allowed)
+        if message["type"] == "error":
+            raise HubRefused(printable(str(message.get("message") or "no reason given")))
+        return message
 
     @staticmethod
     def _read_exactly(sock: socket.socket, count: int) -> bytes:
@@ -69,17 +126,22 @@ class HubClient:
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            for attempt in (1, 2):  # one reconnect: the hub may have restarted
+            for attempt in (1, 2):  # one reconnect: the hub may have restarted, or closed an idle connection
                 try:
                     if self._sock is None:
                         self._sock = self._connect()
                     if self._signer is not None and message.get("type") in auth.CONTROL_TYPES:
                         message = self._signer.sign(message)
                     self._sock.sendall(protocol.encode(message))
-                    return self._receive(self._sock)
-                except (OSError, ConnectionError):
+                    reply = self._receive(self._sock)
+                    self.last_error = None
+                    return reply
+                except (OSError, ConnectionError, protocol.ProtocolError) as error:
                     self.close()
-                    if attempt == 2 or isinstance(sys.exc_info()[1], auth.TokenError):
+                    self.last_error = describe_failure(self.socket_path, error)
+                    final = isinstance(error, HubRefused | HubSpeaksTls | auth.TokenError | ssl.SSLError
+                                       | protocol.ProtocolError)
+                    if attempt == 2 or final or _refused_at_once(error):
                         raise
         raise AssertionError("unreachable")
 
@@ -87,7 +149,7 @@ class HubClient:
         try:
             return self.request({"type": "snapshot"})["snapshot"]
         except (OSError, ConnectionError, protocol.ProtocolError):
-            return None  # the hub is gone for now: the TUI keeps its last picture
+            return None  # the hub is gone for now (last_error says why): the TUI keeps its last picture
 
     def series(self, index: int, name: str) -> list[float | None]:
         try:
@@ -96,13 +158,19 @@ class HubClient:
             return []
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A control (power, replan): the reply, or ok=False when the hub does not answer."""
+        """A control (power, replan): the reply, or ok=False saying why when the hub does not answer."""
         try:
             return self.request(request)
         except (OSError, ConnectionError, protocol.ProtocolError) as error:
-            return {"type": "result", "ok": False, "message": f"the hub did not answer: {error}", "changes": []}
+            why = self.last_error or describe_failure(self.socket_path, error)
+            return {"type": "result", "ok": False, "message": why, "changes": []}
 
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def _refused_at_once(error: BaseException) -> bool:
+    """Nothing listens there (no such socket, connection refused): a second try would say the same."""
+    return isinstance(error, OSError) and error.errno in (errno.ENOENT, errno.ECONNREFUSED)

@@ -148,14 +148,15 @@ class Hub:
 
     # -- controls ----------------------------------------------------------------
 
-    def control(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A control from a client (power caps, re-plan); the reply says what changed or why not."""
+    def control(self, request: dict[str, Any], peer: str | None = None) -> dict[str, Any]:
+        """A control from a client (power caps, re-plan); the reply says what changed or why not.
+        `peer` is who the server knows is asking (the audit names it); None: this process itself."""
         from gpumix.hub.controls import power_control
 
         if request.get("type") == "replan":
             return self.request_restart(str(request.get("job")), request.get("plan") or {})
         with self._control_lock:
-            reply = power_control(self.power, self.snapshot(), request, self.hardware.power_budget_w)
+            reply = power_control(self.power, self.snapshot(), request, self.hardware.power_budget_w, peer=peer)
         for listener in self.on_control:
             listener(request, reply)
         if reply["ok"] and reply["changes"] and not request.get("dry_run"):

@@ -10,6 +10,7 @@ import ssl
 import time
 from dataclasses import dataclass
 
+from gpumix.auth import UnixAccess
 from gpumix.hub.core import Hub
 from gpumix.hub.server import HubServer
 from gpumix.hw.open import Hardware
@@ -47,10 +48,12 @@ def demo_socket_path() -> str:
 
 def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, history_s: float = 600.0,
                demo: bool = False, sample_in_thread: bool = True, tcp: tuple[str, int] | None = None,
-               token: str | None = None, tls: ssl.SSLContext | None = None) -> Node:
-    """Start hub, server and (with demo) the demo job. Raises HubAlreadyRunning or OSError."""
+               token: str | None = None, tls: ssl.SSLContext | None = None,
+               access: UnixAccess | None = None) -> Node:
+    """Start hub, server and (with demo) the demo job. Raises HubAlreadyRunning or OSError.
+    `access`: who besides the owner may use the Unix socket (gpumix hub --allow-group/--allow-uid)."""
     hub = Hub(hardware, interval_s=interval_s, history_s=history_s)
-    server = HubServer(hub, socket_path, tcp=tcp, token=token, tls=tls)
+    server = HubServer(hub, socket_path, tcp=tcp, token=token, tls=tls, access=access)
     server.start()
     node = Node(hub=hub, server=server)
     try:
