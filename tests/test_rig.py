@@ -98,3 +98,64 @@ def test_rig_may_define_its_own_models(tmp_path: Path) -> None:
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(RigError, match=r"nope.toml: cannot read rig file"):
         load_rig(tmp_path / "nope.toml")
+
+
+# -- every field type-, finiteness- and range-checked (issue 10, item 11) -------------------------
+
+MINE = ('\n[models.mine]\nname = "X"\nmem_gib = 8\ntdp_w = 300\npower_limit_min_w = 100\npower_limit_max_w = 400\n'
+        'pcie_gen = 4\npcie_width = 16\nrelative_speed = 1\n')
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD + MINE.replace("mem_gib = 8", "mem_gib = inf"), "t.toml:15: models.mine.mem_gib: must be 0.125 to 4096, got inf"),
+        (GOOD + MINE.replace("mem_gib = 8", "mem_gib = nan"), "t.toml:15: models.mine.mem_gib: must be 0.125 to 4096, got nan"),
+        (GOOD + MINE + "idle_power_w = -5\n", "t.toml:22: models.mine.idle_power_w: must be 0 to 5000, got -5"),
+        (GOOD + MINE + "idle_power_w = 450\n", "t.toml:22: models.mine.idle_power_w: must be at most power_limit_max_w"),
+        (GOOD + MINE.replace("relative_speed = 1", "relative_speed = 1e400"), "t.toml:21: models.mine.relative_speed: must be"),
+        (GOOD + MINE + "sm_clock_max_mhz = 0\n", "t.toml:22: models.mine.sm_clock_max_mhz: must be 1 to 10000, got 0"),
+        (GOOD + MINE.replace('name = "X"', 'name = "\\u001b]0;PWNED\\u0007"'),
+         "t.toml:14: models.mine.name: must not hold control characters, got '\\x1b]0;PWNED\\x07'"),
+        (GOOD + MINE + 'unsupported_calls = ["nvml; rm -rf /"]\n', "t.toml:22: models.mine.unsupported_calls: expected NVML"),
+        ('name = "t"\ngpus = [1, 2]\n', "t.toml:2: gpus[0]: expected a [[gpus]] table, got 1"),
+        (GOOD.replace("seed = 3", "seed = -1"), "t.toml:2: seed: must be 0 to 4294967295, got -1"),
+        (GOOD.replace("seed = 3", "seed = 3\npower_budget_w = nan"), "t.toml:3: power_budget_w: must be 1 to 1000000, got nan"),
+        (GOOD.replace('name = "t"', f'name = "{"x" * 200}"'), "t.toml:1: name: must hold 1 to 128 characters, got 200"),
+        ('name = "t"\n' + '[[gpus]]\nmodel = "rtx3090"\nslot_width = 16\n' * 65, "t.toml:2: gpus: must hold 0 to 64 entries"),
+        ("a = " + "[" * 5000 + "]" * 5000, "t.toml:1: invalid TOML: nested too deeply"),
+    ],
+)
+def test_out_of_range_fields_name_file_line_field(text: str, expected: str) -> None:
+    with pytest.raises(RigError) as error:
+        parse_rig(text, "t.toml")
+    message = str(error.value)
+    assert message.startswith(expected), message
+    assert "\n" not in message
+
+
+def test_a_file_that_is_not_utf8_or_too_large_is_one_line(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b'name = "t"\nseed = "\xff"\n')
+    with pytest.raises(RigError, match=r"binary.toml:2: not UTF-8 text \(byte 19\)$"):
+        load_rig(binary)
+    huge = tmp_path / "huge.toml"
+    huge.write_bytes(b"#" * (2 * 1024**2))
+    with pytest.raises(RigError, match=r"huge.toml: not a rig file: larger than 1024 KiB$"):
+        load_rig(huge)
+
+
+@pytest.mark.parametrize("content", [
+    b'name = "t"\n[[gpus]]\nmodel = "mine"\nslot_width = 16\n' + MINE.replace("mem_gib = 8", "mem_gib = inf").encode(),
+    b'name = "t"\ngpus = [1, 2]\n', b"\xff\xfe"])
+def test_gpumix_topo_with_a_bad_rig_is_one_line_and_exit_2(tmp_path: Path, content: bytes) -> None:
+    import subprocess
+    import sys
+
+    rig = tmp_path / "bad.toml"
+    rig.write_bytes(content)
+    done = subprocess.run([sys.executable, "-m", "gpumix.cli", "topo", "--sim", str(rig)],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "accelerator" not in line]  # deepspeed's import note
+    assert len(lines) == 1 and lines[0].startswith(f"gpumix: {rig}"), done.stderr

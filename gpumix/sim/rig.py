@@ -2,11 +2,14 @@
 
 A rig names GPU models from the catalogue (gpumix/rigs/models.toml) or its
 own `[models.KEY]` tables, and lists its GPUs with the PCIe slot each sits
-in. Every error names the file, the line and the field, in one line.
+in. Every field is checked for its type, a finite value and its range, every
+string for length and control characters; every error names the file, the
+line and the field, in one line.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -75,43 +78,48 @@ class Rig:
     source: str  # the file it came from
 
 
-_MODEL_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    # field: (type, required)
-    "name": (str, True),
-    "mem_gib": ((int, float), True),
-    "tdp_w": ((int, float), True),
-    "power_limit_min_w": ((int, float), True),
-    "power_limit_max_w": ((int, float), True),
-    "idle_power_w": ((int, float), False),
-    "pcie_gen": (int, True),
-    "pcie_width": (int, True),
-    "relative_speed": ((int, float), True),
-    "sm_clock_max_mhz": (int, False),
-    "mem_clock_mhz": (int, False),
-    "has_fan": (bool, False),
-    "unsupported_calls": (list, False),
+_NUMBER = (int, float)
+_Spec = dict[str, tuple[type | tuple[type, ...], bool, tuple[float, float] | None]]
+
+_MODEL_FIELDS: _Spec = {
+    # field: (type, required, (lowest, highest) for a number, the length for a string or list)
+    "name": (str, True, (1, 128)),
+    "mem_gib": (_NUMBER, True, (0.125, 4096)),
+    "tdp_w": (_NUMBER, True, (1, 5000)),
+    "power_limit_min_w": (_NUMBER, True, (1, 5000)),
+    "power_limit_max_w": (_NUMBER, True, (1, 5000)),
+    "idle_power_w": (_NUMBER, False, (0, 5000)),
+    "pcie_gen": (int, True, None),
+    "pcie_width": (int, True, None),
+    "relative_speed": (_NUMBER, True, (0.001, 1000)),
+    "sm_clock_max_mhz": (int, False, (1, 10_000)),
+    "mem_clock_mhz": (int, False, (1, 50_000)),
+    "has_fan": (bool, False, None),
+    "unsupported_calls": (list, False, (0, 64)),
 }
-_GPU_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    "model": (str, True),
-    "slot_gen": (int, False),
-    "slot_width": (int, True),
-    "behind_chipset": (bool, False),
-    "nvlink_peer": (int, False),
-    "nvlink_links": (int, False),
+_GPU_FIELDS: _Spec = {
+    "model": (str, True, (1, 128)),
+    "slot_gen": (int, False, None),
+    "slot_width": (int, True, None),
+    "behind_chipset": (bool, False, None),
+    "nvlink_peer": (int, False, None),
+    "nvlink_links": (int, False, None),
 }
-_TOP_FIELDS: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    "name": (str, True),
-    "description": (str, False),
-    "seed": (int, False),
-    "driver_version": (str, False),
-    "cuda_driver_version": (str, False),
-    "power_budget_w": ((int, float), False),
-    "p2p_supported": (bool, False),
-    "models": (dict, False),
-    "gpus": (list, True),
+_TOP_FIELDS: _Spec = {
+    "name": (str, True, (1, 128)),
+    "description": (str, False, (0, 1000)),
+    "seed": (int, False, (0, 2**32 - 1)),
+    "driver_version": (str, False, (1, 64)),
+    "cuda_driver_version": (str, False, (1, 64)),
+    "power_budget_w": (_NUMBER, False, (1, 1_000_000)),
+    "p2p_supported": (bool, False, None),
+    "models": (dict, False, (0, 256)),
+    "gpus": (list, True, (0, 64)),  # none: the clearer line below
 }
 _PCIE_GENS = (1, 2, 3, 4, 5, 6)
 _PCIE_WIDTHS = (1, 2, 4, 8, 16)
+MAX_RIG_BYTES = 1024**2  # a rig file is a few hundred bytes; a larger one is a mistake
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # text shown in the TUI: no escape sequences
 
 
 class _Locator:
@@ -148,16 +156,18 @@ class _Locator:
             key = re.escape(table.split(".", 1)[1])
             start = self._header_line(rf"\[\s*models\.\"?{key}\"?\s*\]") or 0
         found = self._field_line(start, field) if field else None
+        if found is None and table is None and field:  # a top-level array of tables: [[gpus]]
+            found = self._header_line(rf"\[\[?\s*{re.escape(field)}[\s.\]]")
         return found or start or 1
 
 
-def _check_fields(
-    table: dict[str, Any],
-    spec: dict[str, tuple[type | tuple[type, ...], bool]],
-    where: str,
-    fail: Any,
-) -> None:
-    for field, (kind, required) in spec.items():
+def _check_fields(table: dict[str, Any], spec: _Spec, where: str, fail: Any) -> None:
+    """Each field of `spec`: present if required, of its type, finite and in its range (a
+    string or list: its length), a string without control characters; no other fields."""
+    for field in table:
+        if field not in spec:
+            fail(field, f"{where}.{field}: unknown field")
+    for field, (kind, required, bounds) in spec.items():
         if field not in table:
             if required:
                 fail(None, f"{where}: missing field '{field}'")
@@ -166,10 +176,23 @@ def _check_fields(
         kinds = kind if isinstance(kind, tuple) else (kind,)
         # bool is an int in Python, but `slot_width = true` is a mistake.
         if not isinstance(value, kinds) or isinstance(value, bool) != (bool in kinds):
-            fail(field, f"{where}.{field}: expected {_kind_name(kind)}, got {value!r}")
-    for field in table:
-        if field not in spec:
-            fail(field, f"{where}.{field}: unknown field")
+            fail(field, f"{where}.{field}: expected {_kind_name(kind)}, got {_shown(value)}")
+        if bounds is None:
+            continue
+        low, high = bounds
+        if isinstance(value, int | float) and not (math.isfinite(value) and low <= value <= high):
+            fail(field, f"{where}.{field}: must be {low:g} to {high:.10g}, got {_shown(value)}")
+        if isinstance(value, str | list | dict) and not low <= len(value) <= high:
+            fail(field, f"{where}.{field}: must hold {low:g} to {high:g} {'characters' if isinstance(value, str) else 'entries'},"
+                 f" got {len(value)}")
+        if isinstance(value, str) and _CONTROL.search(value):
+            fail(field, f"{where}.{field}: must not hold control characters, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """A value for an error line: its repr (escapes made visible), at most 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -192,10 +215,11 @@ def _parse_model(key: str, table: dict[str, Any], fail: Any) -> GpuModel:
         model_fail("pcie_gen", f"{where}.pcie_gen: must be one of {_PCIE_GENS}, got {table['pcie_gen']}")
     if table["pcie_width"] not in _PCIE_WIDTHS:
         model_fail("pcie_width", f"{where}.pcie_width: must be one of {_PCIE_WIDTHS}, got {table['pcie_width']}")
-    if table["mem_gib"] <= 0 or table["relative_speed"] <= 0:
-        model_fail("mem_gib", f"{where}: mem_gib and relative_speed must be positive")
+    idle = table.get("idle_power_w")
+    if idle is not None and idle > high:
+        model_fail("idle_power_w", f"{where}.idle_power_w: must be at most power_limit_max_w ({high}), got {idle}")
     unsupported = table.get("unsupported_calls", [])
-    if not all(isinstance(call, str) and call.startswith("nvml") for call in unsupported):
+    if not all(isinstance(call, str) and re.fullmatch(r"nvml\w{1,60}", call) for call in unsupported):
         model_fail("unsupported_calls", f"{where}.unsupported_calls: expected NVML function names like 'nvmlDeviceGetFanSpeed'")
     return GpuModel(
         key=key,
@@ -218,6 +242,8 @@ def _parse_model(key: str, table: dict[str, Any], fail: Any) -> GpuModel:
 def _load_toml(text: str, source: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise RigError(f"{source}:1: invalid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         match = re.search(r"\(at line (\d+), column \d+\)", message)
@@ -254,6 +280,8 @@ def parse_rig(text: str, source: str) -> Rig:
     for key, table in data.get("models", {}).items():
         if not isinstance(table, dict):
             fail(None, "models", f"models.{key}: expected a table")
+        if not re.fullmatch(r"[\w.-]{1,64}", key):
+            fail(None, "models", f"models.{_shown(key)}: a model key is 1-64 letters, digits, '_', '-' or '.'")
         models[key] = _parse_model(key, table, fail)
     if not data["gpus"]:
         fail(None, "gpus", "gpus: a rig needs at least one [[gpus]] entry")
@@ -265,6 +293,8 @@ def parse_rig(text: str, source: str) -> Rig:
         def gpu_fail(field: str | None, message: str, number: int = number) -> None:
             fail("gpus", field, message, number)
 
+        if not isinstance(table, dict):
+            fail(None, "gpus", f"{where}: expected a [[gpus]] table, got {_shown(table)}")
         _check_fields(table, _GPU_FIELDS, where, gpu_fail)
         model = models.get(table["model"])
         if model is None:
@@ -300,8 +330,6 @@ def parse_rig(text: str, source: str) -> Rig:
         if not 1 <= spec.nvlink_links <= 18:
             fail("gpus", "nvlink_links", f"gpus[{number}].nvlink_links: must be 1-18, got {spec.nvlink_links}", number)
     budget = data.get("power_budget_w")
-    if budget is not None and budget <= 0:
-        fail(None, "power_budget_w", f"power_budget_w: must be positive, got {budget}")
     return Rig(
         name=data["name"],
         description=data.get("description", ""),
@@ -323,9 +351,17 @@ def _sim_uuid(seed: int, number: int) -> str:
 def load_rig(path: str | Path) -> Rig:
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as file:
+            data = file.read(MAX_RIG_BYTES + 1)
     except OSError as error:
         raise RigError(f"{path}: cannot read rig file: {error.strerror or error}") from None
+    if len(data) > MAX_RIG_BYTES:
+        raise RigError(f"{path}: not a rig file: larger than {MAX_RIG_BYTES // 1024} KiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        raise RigError(f"{path}:{line}: not UTF-8 text (byte {error.start})") from None
     return parse_rig(text, str(path))
 
 
