@@ -1,4 +1,4 @@
-"""`gpumix`: the tool CLI for scripts (rigs, topology; later doctor, power, plan, run, hub)."""
+"""`gpumix`: the tool CLI for scripts (rigs, topo, power, doctor, plan, run, hub, export)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,31 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpumix import __version__
-from gpumix.cli_common import OneLineParser, fail, positive_float, positive_int
-from gpumix.cli_plan import add_plan_parser
-from gpumix.cli_power import add_power_parser, run_doctor, run_power
+from gpumix.cli_common import (
+    MAX_GRANULARITY,
+    MAX_HISTORY_MINUTES,
+    MAX_INTERVAL_S,
+    MAX_POWER_W,
+    OneLineParser,
+    add_output_flags,
+    add_rig_flags,
+    at_most,
+    check_rig_flags,
+    fail,
+    positive_float,
+    positive_int,
+)
+from gpumix.cli_plan import add_plan_parser, check_plan_flags
+from gpumix.cli_power import add_power_parser, check_power_flags, run_doctor, run_power
 from gpumix.cli_recording import (
     add_export_parser,
     add_prometheus_flags,
     add_record_flags,
     check_prometheus,
+    resolve_record_flags,
     run_export,
     start_prometheus,
     start_recording,
@@ -40,58 +55,88 @@ def build_parser() -> OneLineParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     commands.add_parser("rigs", help="list the simulated rigs that ship with gpumix")
     topo = commands.add_parser("topo", help="P2P status and topology between GPUs (like nvidia-smi topo -m)")
-    source = topo.add_mutually_exclusive_group()
-    source.add_argument("--demo", action="store_true")
-    source.add_argument("--sim", metavar="FILE")
-    topo.add_argument("--json", action="store_true")
-    source_flags = OneLineParser(add_help=False)
-    source = source_flags.add_mutually_exclusive_group()
-    source.add_argument("--demo", action="store_true", help="the simulated 10-GPU mixed rig")
-    source.add_argument("--sim", metavar="FILE", help="a simulated rig file")
-    source_flags.add_argument("--json", action="store_true")
-    source_flags.add_argument("--dry-run", action="store_true", help="check and report, change nothing")
-    add_power_parser(commands, source_flags)
+    add_rig_flags(topo)
+    add_output_flags(topo)
+    add_power_parser(commands)
     doctor = commands.add_parser("doctor", help="findings about this box: exit 0 healthy, 1 warnings, 2 errors")
-    source = doctor.add_mutually_exclusive_group()
-    source.add_argument("--demo", action="store_true")
-    source.add_argument("--sim", metavar="FILE")
-    doctor.add_argument("--json", action="store_true")
-    doctor.add_argument("--power-budget", type=positive_float, metavar="WATTS", help="the machine's GPU power budget")
+    add_rig_flags(doctor)
+    add_output_flags(doctor)
+    doctor.add_argument("--power-budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
+                        help="the machine's GPU power budget")
     doctor.add_argument("--min-4090-p2p-driver", metavar="VERSION",
                         help="drivers before this one are suspect for RTX 4090 P2P (default 525.60.11;"
                              " also GPUMIX_4090_P2P_MIN_DRIVER)")
     add_plan_parser(commands)
-    run = commands.add_parser("run", help="supervise a training job; restart it under a new plan on request",
-                              usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] [--granularity N] [--auto-replan] -- COMMAND ...")
-    run.add_argument("--job", help="the job's name (default: the script's name)")
-    run.add_argument("--plan", metavar="FILE", help="start with this plan (JSON from `gpumix plan --json`)")
-    run.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
-    run.add_argument("--granularity", type=positive_int, default=1, metavar="N",
-                     help="re-plans give each rank a multiple of N samples (e.g. 64: GPUs compute whole tiles)")
-    run.add_argument("--auto-replan", action="store_true",
-                     help="re-plan and restart by itself when a split is predicted faster (never leaves ranks out)")
-    run.add_argument("--auto-replan-min-speedup", type=positive_float, default=1.05, metavar="X",
-                     help="the predicted speedup an automatic re-plan needs (default 1.05)")
-    run.add_argument("--auto-replan-max", type=positive_int, default=3, metavar="N",
-                     help="automatic re-plans at most (default 3)")
-    run.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
-    hub = commands.add_parser("hub", help="run this node's hub headless (history survives a closed TUI)")
-    source = hub.add_mutually_exclusive_group()
-    source.add_argument("--demo", action="store_true", help="the simulated 10-GPU rig and its demo job")
-    source.add_argument("--sim", metavar="FILE")
-    hub.add_argument("--socket", metavar="PATH", help="Unix socket to listen on (default: $GPUMIX_HUB or the runtime dir)")
-    hub.add_argument("--interval", type=positive_float, default=1.0, metavar="SECONDS")
-    hub.add_argument("--history-minutes", type=positive_float, default=60.0, metavar="MIN")
-    hub.add_argument("--power-budget", type=positive_float, metavar="WATTS", help="the machine's GPU power budget")
-    add_tcp_flags(hub)
-    add_record_flags(hub)
-    add_prometheus_flags(hub)
+    add_run_parser(commands)
+    add_hub_parser(commands)
     add_export_parser(commands)
     return parser
 
 
+def refuse_options_before_command(argv: list[str], commands: set[str]) -> None:
+    """Each command has its own options: one given before the command is refused, naming where it goes
+    (argparse would take its value for the command's name and say something unrelated)."""
+    for position, word in enumerate(argv):
+        if word in commands:
+            return
+        if word.startswith("-") and word not in ("-h", "--help", "--version"):
+            command = next((later for later in argv[position + 1:] if later in commands), "COMMAND")
+            fail(PROG, f"error: {word.split('=')[0]} goes after the command: gpumix {command} {word} ..."
+                       " (see --help)")
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommands' parsers by name (also what the option-position test walks)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def add_run_parser(commands: Any) -> None:
+    run = commands.add_parser("run", help="supervise a training job; restart it under a new plan on request",
+                              usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] [--granularity N]"
+                                    " [--auto-replan] -- COMMAND ...")
+    run.add_argument("--job", help="the job's name (default: the script's name)")
+    run.add_argument("--plan", metavar="FILE", help="start with this plan (JSON from `gpumix plan --json`)")
+    run.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
+    run.add_argument("--granularity", type=at_most(positive_int, MAX_GRANULARITY), default=1, metavar="N",
+                     help="re-plans give each rank a multiple of N samples (e.g. 64: GPUs compute whole tiles)")
+    run.add_argument("--auto-replan", action="store_true",
+                     help="re-plan and restart by itself when a split is predicted faster (never leaves ranks out)")
+    run.add_argument("--auto-replan-min-speedup", type=at_most(positive_float, 100.0), default=1.05, metavar="X",
+                     help="the predicted speedup an automatic re-plan needs (default 1.05)")
+    run.add_argument("--auto-replan-max", type=at_most(positive_int, 1000), default=3, metavar="N",
+                     help="automatic re-plans at most (default 3)")
+    run.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+
+
+def add_hub_parser(commands: Any) -> None:
+    hub = commands.add_parser("hub", help="run this node's hub headless (history survives a closed TUI)")
+    add_rig_flags(hub)
+    hub.add_argument("--socket", metavar="PATH",
+                     help="Unix socket to listen on (default: $GPUMIX_HUB or the runtime dir)")
+    hub.add_argument("--interval", type=at_most(positive_float, MAX_INTERVAL_S), default=1.0, metavar="SECONDS",
+                     help="sampling interval (default 1)")
+    hub.add_argument("--history-minutes", type=at_most(positive_float, MAX_HISTORY_MINUTES), default=60.0,
+                     metavar="MIN", help="history kept for charts (default 60)")
+    hub.add_argument("--power-budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
+                     help="the machine's GPU power budget")
+    add_tcp_flags(hub)
+    add_record_flags(hub)
+    add_prometheus_flags(hub)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    refuse_options_before_command(argv, set(command_parsers(parser)))
+    args = parser.parse_args(argv)
+    check_rig_flags(parser, args)
+    if args.command == "power":
+        check_power_flags(parser, args)
+    if args.command == "plan":
+        check_plan_flags(parser, args)
     if args.command == "rigs":
         for name in BUILTIN_RIGS:
             rig = load_builtin_rig(name)
@@ -206,6 +251,7 @@ def run_hub(args: argparse.Namespace) -> int:
     from gpumix.hub.server import HubAlreadyRunning
 
     metrics_address = check_prometheus(PROG, args)
+    resolve_record_flags(PROG, args)
     tcp, token, tls = tcp_settings(PROG, args)
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
@@ -230,7 +276,8 @@ def run_hub(args: argparse.Namespace) -> int:
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signal_number, lambda *_: stop.set())
     if node.server is not None and node.server.tcp_port is not None and tcp is not None:
-        socket_path = f"{socket_path} and tcp://{tcp[0]}:{node.server.tcp_port}"
+        scheme = "tls" if tls is not None else "tcp"  # what a client must type to reach it
+        socket_path = f"{socket_path} and {scheme}://{tcp[0]}:{node.server.tcp_port}"
     print(f"gpumix hub: listening on {socket_path} ({hardware.source}, {len(hardware.backend.gpus())} GPUs);"
           " attach with gpumix-top, stop with Ctrl+C", flush=True)
     try:

@@ -1,12 +1,23 @@
-"""What both command-line tools share: one-line errors, never a traceback for a user's mistake."""
+"""What both command-line tools share: one-line errors, never a traceback for a user's mistake;
+numbers that are finite and in range; flags that mean the same before and after a subcommand."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 EXIT_USAGE = 2
+
+# Upper bounds for numbers a user types: far above any real use, far below what breaks the code.
+MAX_INTERVAL_S = 3600.0
+MAX_HISTORY_MINUTES = 7 * 24 * 60.0
+MAX_POWER_W = 100_000.0  # a whole machine's GPUs, many times over
+MAX_GLOBAL_BATCH = 10_000_000  # samples per optimizer step
+MAX_GRANULARITY = 65_536
+MAX_GRADIENT_MB = 10_000_000.0  # 10 TB of gradients
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -22,11 +33,18 @@ def fail(prog: str, message: str, code: int = EXIT_USAGE) -> NoReturn:
     sys.exit(code)
 
 
-def positive_float(text: str) -> float:
+def finite_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = finite_float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return value
@@ -40,3 +58,53 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
+
+
+def at_most(kind: Callable[[str], Any], limit: float) -> Callable[[str], Any]:
+    """`kind` (positive_float, positive_int), refusing values above `limit` with one line."""
+
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"must be at most {limit:g}: {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in some messages
+    return parse
+
+
+def gpu_index(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a GPU index: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a GPU index is >= 0: {text!r}")
+    return value
+
+
+def add_rig_flags(parser: argparse.ArgumentParser, nested: bool = False) -> None:
+    """--demo / --sim: look at a simulated rig instead of the real GPUs.
+
+    `nested` adds them to a subcommand of a command that has them too (`gpumix power --demo show`
+    and `gpumix power show --demo`): there they default to SUPPRESS, so a subcommand that does not
+    repeat a flag never overwrites the value given before it."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--demo", action="store_true", help="the simulated 10-GPU mixed rig and its demo job", **default)
+    source.add_argument("--sim", metavar="RIG", help="a simulated rig: a TOML file or a shipped rig's name"
+                                                     " (`gpumix rigs`)", **default)
+
+
+def add_output_flags(parser: argparse.ArgumentParser, nested: bool = False, dry_run: bool = False) -> None:
+    """--json (and --dry-run for commands that change something), nested as add_rig_flags."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
+    parser.add_argument("--json", action="store_true", help="machine-readable output", **default)
+    if dry_run:
+        parser.add_argument("--dry-run", action="store_true", help="check and report, change nothing", **default)
+
+
+def check_rig_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--demo and --sim may each be given before or after a subcommand, but not both together."""
+    if getattr(args, "demo", False) and getattr(args, "sim", None):
+        parser.error("argument --sim: not allowed with argument --demo")

@@ -9,7 +9,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gpumix.cli_common import fail, positive_float, positive_int
+from gpumix.cli_common import (
+    MAX_GLOBAL_BATCH,
+    MAX_GRADIENT_MB,
+    MAX_GRANULARITY,
+    at_most,
+    fail,
+    positive_float,
+    positive_int,
+)
 from gpumix.deepspeed_plan import deepspeed_split, write_configs
 from gpumix.plan_inputs import PlanInputError, pick_job, plan_from_snapshot
 from gpumix.planner import plan_to_json
@@ -23,9 +31,11 @@ def add_plan_parser(commands: Any) -> None:
     source.add_argument("--demo", action="store_true", help="the simulated rig and its demo job")
     source.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
     plan.add_argument("--job", help="which job (needed when several report)")
-    plan.add_argument("--global-batch", type=int, metavar="B", help="samples per optimizer step (default: as now)")
-    plan.add_argument("--gradient-mb", type=positive_float, metavar="MB", help="gradient size, if the ranks do not say")
-    plan.add_argument("--granularity", type=positive_int, metavar="N",
+    plan.add_argument("--global-batch", type=at_most(positive_int, MAX_GLOBAL_BATCH), metavar="B",
+                      help="samples per optimizer step (default: as now)")
+    plan.add_argument("--gradient-mb", type=at_most(positive_float, MAX_GRADIENT_MB), metavar="MB",
+                      help="gradient size, if the ranks do not say")
+    plan.add_argument("--granularity", type=at_most(positive_int, MAX_GRANULARITY), metavar="N",
                       help="each rank a multiple of N samples (default: as `gpumix run` says, else 1)")
     leave_out = plan.add_mutually_exclusive_group()
     leave_out.add_argument("--exclude", type=rank_list, metavar="R,R,...",
@@ -35,7 +45,12 @@ def add_plan_parser(commands: Any) -> None:
     plan.add_argument("--json", action="store_true")
     plan.add_argument("--deepspeed-config", metavar="BASE.json",
                       help="also write ds_config_rank{R}.json for the split (common accumulation steps)")
-    plan.add_argument("--out", metavar="DIR", default=".", help="where --deepspeed-config writes (default: here)")
+    plan.add_argument("--out", metavar="DIR", help="where --deepspeed-config writes (default: here)")
+
+
+def check_plan_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.out is not None and not args.deepspeed_config:
+        parser.error("argument --out: only --deepspeed-config writes files")
 
 
 def plan_text(job: str, data: dict[str, Any]) -> str:
@@ -120,11 +135,16 @@ def deepspeed_outputs(args: argparse.Namespace, data: dict[str, Any]) -> dict[st
         base = json.loads(Path(args.deepspeed_config).read_text())
     except (OSError, ValueError) as error:
         fail(PROG, f"{args.deepspeed_config}: not a readable JSON config: {error}")
+    if not isinstance(base, dict):
+        fail(PROG, f"{args.deepspeed_config}: a DeepSpeed config is a JSON object, not {type(base).__name__}")
     try:
         split = deepspeed_split(data)
     except ValueError as error:
         fail(PROG, f"no DeepSpeed split: {error}", code=1)
-    paths = write_configs(split, base, Path(args.out))
+    try:
+        paths = write_configs(split, base, Path(args.out or "."))
+    except OSError as error:
+        fail(PROG, f"cannot write the DeepSpeed configs to {args.out or '.'}: {error.strerror or error}")
     return {**split, "configs": [str(path) for path in paths]}
 
 

@@ -8,7 +8,16 @@ import time
 from typing import Any
 
 from gpumix.advisor import AdvisorSettings, exit_code, findings
-from gpumix.cli_common import fail
+from gpumix.cli_common import (
+    MAX_POWER_W,
+    add_output_flags,
+    add_rig_flags,
+    at_most,
+    fail,
+    finite_float,
+    gpu_index,
+    positive_float,
+)
 from gpumix.hub.core import Hub
 from gpumix.hw.open import Hardware
 from gpumix.power import PowerController, PowerError
@@ -17,17 +26,36 @@ from gpumix.power_budget import BudgetError, fit_to_budget, gpu_power_from_snaps
 PROG = "gpumix"
 
 
-def add_power_parser(commands: Any, parent: argparse.ArgumentParser) -> None:
-    power = commands.add_parser("power", help="show, set, reset or fit GPU power caps", parents=[parent])
+def add_power_parser(commands: Any) -> None:
+    """`gpumix power [--demo|--sim RIG] [--json] [--dry-run] ACTION ...`: the shared flags are taken before
+    or after the action (each action repeats them, defaulting to SUPPRESS so none is overwritten)."""
+    power = commands.add_parser("power", help="show, set, reset or fit GPU power caps")
+    add_rig_flags(power)
+    add_output_flags(power, dry_run=True)
+    power.add_argument("--budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
+                       help="with fit: the budget to fit (default: the rig's)")
     actions = power.add_subparsers(dest="action", required=True, parser_class=type(power))
-    actions.add_parser("show", help="caps, draw and allowed ranges", parents=[parent])
-    set_cap = actions.add_parser("set", help="set a GPU's cap", parents=[parent])
-    set_cap.add_argument("gpu", type=int)
-    set_cap.add_argument("watts", type=float)
-    reset = actions.add_parser("reset", help="back to the card's default cap", parents=[parent])
-    reset.add_argument("gpu", type=int)
-    fit = actions.add_parser("fit", help="caps that fit a machine budget at the least throughput cost", parents=[parent])
-    fit.add_argument("--budget", type=float, metavar="WATTS", help="default: the rig's budget")
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = actions.add_parser(name, help=help_text)
+        add_rig_flags(parser, nested=True)
+        add_output_flags(parser, nested=True, dry_run=True)
+        return parser
+
+    action("show", "caps, draw and allowed ranges")
+    set_cap = action("set", "set a GPU's cap")
+    set_cap.add_argument("gpu", type=gpu_index)
+    set_cap.add_argument("watts", type=at_most(finite_float, MAX_POWER_W))  # the card's range is checked later
+    reset = action("reset", "back to the card's default cap")
+    reset.add_argument("gpu", type=gpu_index)
+    fit = action("fit", "caps that fit a machine budget at the least throughput cost")
+    fit.add_argument("--budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
+                     default=argparse.SUPPRESS, help="default: the rig's budget")
+
+
+def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.budget is not None and args.action != "fit":
+        parser.error(f"argument --budget: only `gpumix power fit` takes a budget, not `{args.action}`")
 
 
 def snapshot_of(hardware: Hardware, hub: Hub | None = None, settle_s: float = 0.0) -> dict[str, Any]:

@@ -19,8 +19,16 @@ def size_arg(text: str) -> int:
 
 def add_record_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", metavar="FILE", help="record samples, rank metrics and events to an SQLite file")
-    parser.add_argument("--record-max-size", type=size_arg, default=DEFAULT_MAX_BYTES, metavar="SIZE",
+    parser.add_argument("--record-max-size", type=size_arg, metavar="SIZE",
                         help="the recording's size budget; older data is thinned past it (default 512M)")
+
+
+def resolve_record_flags(prog: str, args: argparse.Namespace) -> None:
+    """--record-max-size without --record is refused, not dropped; the default size fills in."""
+    if args.record_max_size is not None and not args.record:
+        fail(prog, "--record-max-size needs --record FILE")
+    if args.record_max_size is None:
+        args.record_max_size = DEFAULT_MAX_BYTES
 
 
 def add_prometheus_flags(parser: argparse.ArgumentParser) -> None:

@@ -103,7 +103,7 @@ def test_unknown_gpu_is_one_line(action: list[str]) -> None:
 
 
 def test_bad_arguments_are_one_line() -> None:
-    assert_one_line_failure(power("set", "7", "lots", "--sim", RIG), 2, "invalid float value")
+    assert_one_line_failure(power("set", "7", "lots", "--sim", RIG), 2, "argument watts: not a number")
     assert_one_line_failure(power("--sim", RIG), 2, "required")
     assert_one_line_failure(power("show", "--sim", "/nonexistent/rig.toml"), 2, "cannot read rig file")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from gpumix.hw.nvml_backend import NvmlBackend
 from gpumix.sim.machine import SimMachine
 from gpumix.sim.nvml import SimNvml
-from gpumix.sim.rig import DEMO_RIG, Rig, load_builtin_rig, load_rig
+from gpumix.sim.rig import BUILTIN_RIGS, DEMO_RIG, Rig, load_builtin_rig, load_rig
 
 
 @dataclass
@@ -30,11 +30,17 @@ def open_hardware(
 ) -> Hardware:
     """Raises NoDriverError (no NVIDIA driver) or RigError (bad rig file), each a one-line message."""
     if demo or sim_file:
-        rig = load_rig(sim_file) if sim_file else load_builtin_rig(DEMO_RIG)
+        # --sim takes a file, or the name of a shipped rig (`gpumix rigs`) when no such file exists
+        name = DEMO_RIG if not sim_file else sim_file if is_builtin_rig(sim_file) else None
+        rig = load_builtin_rig(name) if name else load_rig(str(sim_file))
         hardware = simulated_hardware(rig, clock=clock, wall_clock=wall_clock)
-        hardware.rig_source = str(Path(sim_file).resolve()) if sim_file else DEMO_RIG
+        hardware.rig_source = name or str(Path(str(sim_file)).resolve())
         return hardware
     return Hardware(backend=NvmlBackend(clock=clock, wall_clock=wall_clock), source="nvml")
+
+
+def is_builtin_rig(sim_file: str) -> bool:
+    return sim_file in BUILTIN_RIGS and not Path(sim_file).exists()
 
 
 def simulated_hardware(

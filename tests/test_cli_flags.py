@@ -1,0 +1,245 @@
+"""Every documented option, in every position, for every command: honoured where it stands or refused
+with one line, never dropped (a `--dry-run` before `set` once changed caps)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumix import cli
+from gpumix.power import audit_log_path
+from gpumix.tui import main as top
+
+TOOL = [sys.executable, "-m", "gpumix.cli"]
+TOP = [sys.executable, "-m", "gpumix.tui.main"]
+RIG = str(Path(__file__).parents[1] / "gpumix" / "rigs" / "mixed10.toml")
+
+# What a leaf command needs besides the option under test (positionals, a required choice).
+REQUIRED = {
+    ("power", "set"): ["0", "100"],
+    ("power", "reset"): ["0"],
+    ("export",): ["rec.db", "--csv", "out"],
+}
+SKIP_DESTS = {"help", "version"}
+
+
+def run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=90, env=dict(os.environ))
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert result.returncode == code, result
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def audit_lines() -> list[dict]:
+    path = audit_log_path()
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# -- the reported bug, as a user typed it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["power", "--dry-run", "set", "--sim", RIG, "3", "100", "--json"],
+    ["power", "--dry-run", "--sim", RIG, "set", "3", "100", "--json"],
+    ["power", "--json", "set", "3", "100", "--dry-run", "--sim", RIG],
+])
+def test_dry_run_before_or_after_the_action_changes_nothing(argv: list[str]) -> None:
+    result = run([*TOOL, *argv])
+    assert result.returncode == 0, result.stderr
+    change = json.loads(result.stdout)
+    assert change["dry_run"] is True and change["cap_now_w"] is None and change["new_w"] == 100
+    assert audit_lines() == []  # a change writes one audit line; a dry run none
+
+
+def test_dry_run_fit_before_the_action_applies_nothing() -> None:
+    result = run([*TOOL, "power", "--dry-run", "--sim", RIG, "fit", "--budget", "2000", "--json"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["applied"] is False
+    assert audit_lines() == []
+
+
+def test_rig_flag_before_the_action_is_not_dropped_for_real_nvml() -> None:
+    result = run([*TOOL, "power", "--sim", RIG, "show"])  # once went to real NVML: "no NVIDIA driver"
+    assert result.returncode == 0, result.stderr
+    assert "RTX 4090 24G" in result.stdout
+
+
+def test_rig_flags_on_both_sides_conflict() -> None:
+    line = one_line_error(run([*TOOL, "power", "--demo", "show", "--sim", RIG]))
+    assert "--sim" in line and "--demo" in line
+
+
+def test_shipped_rig_by_name() -> None:
+    result = run([*TOP, "--sim", "5070ti-x2", "--once"])  # `gpumix rigs` lists it; --sim once refused it
+    assert result.returncode == 0, result.stderr
+    assert "RTX 5070 Ti 16G" in result.stdout
+
+
+# -- the walk: every option of every command, before and after its subcommand ----------------------------
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+            ) -> list[tuple[tuple[str, ...], list[argparse.ArgumentParser]]]:
+    """(command path, the parsers along it) for every leaf command."""
+    children = _subparsers(parser)
+    if not children:
+        return [(path, [parser])]
+    return [(leaf, [parser, *chain]) for name, child in children.items() for leaf, chain in _leaves(child, (*path, name))]
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if a.option_strings and a.dest not in SKIP_DESTS]
+
+
+SAMPLE_WORDS = ("3", "1,2", "2M", "127.0.0.1:9400")
+
+
+def _sample(action: argparse.Action) -> tuple[list[str], object]:
+    """The words that give this option a value, and the value the namespace must then hold."""
+    flag = action.option_strings[-1]
+    if action.nargs == 0:
+        return [flag], action.const
+    convert = action.type or str
+    for word in SAMPLE_WORDS:
+        try:
+            value = convert(word)
+        except (argparse.ArgumentTypeError, ValueError, TypeError):
+            continue
+        return [flag, word], [value] if isinstance(action, argparse._AppendAction) else value
+    raise AssertionError(f"no sample value for {flag}")
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str], capsys: pytest.CaptureFixture[str]
+           ) -> argparse.Namespace | str:
+    """The namespace, or the one error line argparse or our checks gave."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exit_:
+        assert exit_.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1, lines
+        return lines[0]
+
+
+def _run_base(path: tuple[str, ...]) -> list[str]:
+    return list(REQUIRED.get(path, []))
+
+
+TOOL_LEAVES = _leaves(cli.build_parser())
+
+
+@pytest.mark.parametrize(("path", "chain"), TOOL_LEAVES, ids=[" ".join(p) for p, _ in TOOL_LEAVES])
+def test_every_gpumix_option_in_every_position(path: tuple[str, ...], chain: list[argparse.ArgumentParser],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    leaf = chain[-1]
+    base = _run_base(path)
+    tail = ["--", "python", "train.py"] if path == ("run",) else []
+    for action in _options(leaf):
+        if path == ("export",) and action.dest in ("csv", "parquet"):
+            continue  # the required choice itself: covered by the base arguments
+        words, expected = _sample(action)
+        # after the last subcommand: always honoured
+        args = _parse(cli.build_parser(), [*path, *base, *words, *tail], capsys)
+        assert isinstance(args, argparse.Namespace), f"{path} {words}: {args}"
+        assert getattr(args, action.dest) == expected, (path, words)
+        # before a subcommand: honoured (the command has it too) or refused naming the option
+        for depth in range(len(path)):
+            argv = [*path[:depth], *words, *path[depth:], *base, *tail]
+            if depth == 0:  # `gpumix --flag command`: main() refuses, naming the flag and where it goes
+                with pytest.raises(SystemExit) as exit_:
+                    cli.refuse_options_before_command(argv, set(cli.command_parsers(cli.build_parser())))
+                assert exit_.value.code == 2
+                line = capsys.readouterr().err.strip()
+                assert words[0] in line and f"gpumix {path[0]} {words[0]}" in line, line
+                continue
+            parent = chain[depth]
+            args = _parse(cli.build_parser(), argv, capsys)
+            if any(words[0] in a.option_strings for a in _options(parent)):
+                assert isinstance(args, argparse.Namespace), f"{argv}: {args}"
+                assert getattr(args, action.dest) == expected, argv
+            else:
+                assert isinstance(args, str) and words[0] in args, (argv, args)
+
+
+def test_power_budget_before_an_action_that_takes_none_is_refused() -> None:
+    line = one_line_error(run([*TOOL, "power", "--budget", "2000", "show", "--sim", RIG]))
+    assert "--budget" in line and "fit" in line
+
+
+TOP_OPTIONS = _options(top.build_parser())
+
+
+@pytest.mark.parametrize("action", TOP_OPTIONS, ids=[a.option_strings[-1] for a in TOP_OPTIONS])
+def test_every_gpumix_top_option_first_or_last(action: argparse.Action, capsys: pytest.CaptureFixture[str]) -> None:
+    words, expected = _sample(action)
+    other = ["--readonly"] if action.dest != "readonly" else ["--once"]
+    for argv in ([*words, *other], [*other, *words]):
+        args = _parse(top.build_parser(), argv, capsys)
+        assert isinstance(args, argparse.Namespace), args
+        assert getattr(args, action.dest) == expected, argv
+
+
+# -- flags that cannot apply in the mode chosen: refused, one line ---------------------------------------
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["--hub", "/nonexistent.sock", "--power-budget", "2000"], "--power-budget"),
+    (["--hub", "/nonexistent.sock", "--history-minutes", "5"], "--history-minutes"),
+    (["--replay", "rec.db", "--power-budget", "2000"], "--power-budget"),
+    (["--demo", "--record-max-size", "1M"], "--record-max-size needs --record"),
+    (["--demo", "--token-file", "t"], "--token-file"),
+    (["--history-minutes", "inf"], "finite"),
+    (["--interval", "nan"], "finite"),
+    (["--interval", "1e9"], "at most"),
+    (["--power-budget", "1e400"], "finite"),
+])
+def test_top_flags_that_cannot_apply_are_refused(argv: list[str], fragment: str) -> None:
+    assert fragment in one_line_error(run([*TOP, *argv]))
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["power", "fit", "--sim", RIG, "--budget", "0"], "must be positive"),
+    (["power", "fit", "--sim", RIG, "--budget", "nan"], "finite"),
+    (["power", "fit", "--sim", RIG, "--budget", "inf"], "finite"),
+    (["power", "set", "--sim", RIG, "-1", "100"], "argument gpu"),
+    (["hub", "--demo", "--interval", "inf"], "finite"),
+    (["hub", "--demo", "--history-minutes", "inf"], "finite"),
+    (["hub", "--demo", "--record-max-size", "1M"], "--record-max-size needs --record"),
+    (["plan", "--demo", "--global-batch", "0"], "at least 1"),
+    (["plan", "--demo", "--global-batch", str(10**30)], "at most"),
+    (["plan", "--demo", "--gradient-mb", "inf"], "finite"),
+    (["plan", "--demo", "--granularity", "1000000"], "at most"),
+    (["plan", "--demo", "--out", "/tmp/x"], "--deepspeed-config"),
+    (["run", "--granularity", "0", "--", "true"], "at least 1"),
+    (["--json", "doctor"], "goes after the command: gpumix doctor --json"),
+])
+def test_tool_numbers_and_misplaced_flags_are_refused(argv: list[str], fragment: str) -> None:
+    assert fragment in one_line_error(run([*TOOL, *argv]))
+
+
+def test_deepspeed_config_that_is_not_an_object_or_cannot_be_written(tmp_path: Path) -> None:
+    base = tmp_path / "base.json"
+    base.write_text("[1, 2]")
+    line = one_line_error(run([*TOOL, "plan", "--demo", "--deepspeed-config", str(base)]))
+    assert "JSON object" in line
+    base.write_text("{}")
+    line = one_line_error(run([*TOOL, "plan", "--demo", "--deepspeed-config", str(base), "--out", "/dev/null/x"]))
+    assert "cannot write the DeepSpeed configs" in line
