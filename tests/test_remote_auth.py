@@ -319,3 +319,22 @@ def test_unix_peer_of_another_user_is_refused(tcp_hub: tuple[Hub, HubServer, str
     client = HubClient(server.socket_path, timeout_s=3)
     assert client.snapshot() is not None
     client.close()
+
+
+# -- what `gpumix-top --once --hub` says when it cannot read a hub ------------------------------------------
+
+
+def test_once_says_why_no_snapshot_came(tcp_hub: tuple[Hub, HubServer, str], monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], folder: str) -> None:
+    from gpumix.tui import main as top
+
+    _, _, address = tcp_hub
+    monkeypatch.setenv("GPUMIX_TOKEN", "cd" * 32)
+    assert top.main(["--once", "--hub", address]) == 1
+    assert capsys.readouterr().err == f"{address}: the hub refused the connection: wrong token\n"
+    missing = os.path.join(folder, "none.sock")
+    assert top.main(["--once", "--hub", missing]) == 1
+    assert capsys.readouterr().err.startswith(f"no hub answered at {missing} (")
+    monkeypatch.setenv("GPUMIX_TOKEN", TOKEN)
+    assert top.main(["--once", "--json", "--hub", address]) == 0
+    assert json.loads(capsys.readouterr().out)["hostname"] == "rig01"

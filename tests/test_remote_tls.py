@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from gpumix.cli_remote import tcp_settings
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubServer
-from tests.conftest import FixedHostSampler
+from tests.conftest import FixedHostSampler, wait_until
 from tests.test_remote_auth import TOKEN, assert_agent_reports, tcp_args
 
 
@@ -92,3 +93,64 @@ def test_tls_flags_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
     assert os.environ.get(auth.TLS_CA_ENV) is None
+
+
+# -- what a client is told (and the hub's deadline for a handshake that never comes) -------------------------
+
+
+def test_each_failure_says_what_went_wrong(tls_hub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _, _, address, cert = tls_hub
+    other, _ = make_certificate(tmp_path, "other")
+    monkeypatch.setenv(auth.TLS_CA_ENV, str(other))
+    untrusted = HubClient(address, token=TOKEN, timeout_s=2)
+    assert untrusted.snapshot() is None
+    assert untrusted.last_error.startswith(f"{address}: the hub's TLS certificate is not trusted (")
+    assert auth.TLS_CA_ENV in untrusted.last_error
+    monkeypatch.setenv(auth.TLS_CA_ENV, str(cert))
+    plain_address = address.replace("tls://", "tcp://")
+    plain = HubClient(plain_address, token=TOKEN, timeout_s=2)
+    assert plain.snapshot() is None
+    assert plain.last_error == f"{plain_address}: the hub speaks TLS: use {address}"
+    wrong = HubClient(address, token="cd" * 32, timeout_s=2)
+    assert wrong.snapshot() is None
+    assert wrong.last_error == f"{address}: the hub refused the connection: wrong token"
+    right = HubClient(address, token=TOKEN, timeout_s=2)
+    assert right.snapshot() is not None and right.last_error is None
+    right.close()
+    gone = HubClient("tls://127.0.0.1:1", token=TOKEN, timeout_s=2)
+    assert gone.snapshot() is None and gone.last_error.startswith("no hub answered at tls://127.0.0.1:1 (")
+
+
+def test_tls_against_a_plain_hub_says_use_tcp(demo_hardware: Any, monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    cert, _ = make_certificate(tmp_path, "ca")
+    monkeypatch.setenv(auth.TLS_CA_ENV, str(cert))
+    hub = Hub(demo_hardware, host_sampler=FixedHostSampler())
+    hub.tick()
+    folder = tempfile.mkdtemp(prefix="gmx", dir="/tmp")
+    server = HubServer(hub, os.path.join(folder, "hub.sock"), tcp=("127.0.0.1", 0), token=TOKEN)
+    server.start()
+    try:
+        client = HubClient(f"tls://127.0.0.1:{server.tcp_port}", token=TOKEN, timeout_s=3)
+        assert client.snapshot() is None
+        assert "the TLS handshake failed" in client.last_error
+        assert f"use tcp://127.0.0.1:{server.tcp_port}" in client.last_error
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_handshake_that_never_comes_is_closed(tls_hub) -> None:
+    _, server, _, _ = tls_hub
+    assert server.tcp_url == f"tls://127.0.0.1:{server.tcp_port}"  # what the banner should print
+    sock = socket.create_connection(("127.0.0.1", server.tcp_port), timeout=20)
+    try:
+        assert wait_until(lambda: server.tcp_waiting == 1)
+        try:
+            assert sock.recv(1) == b""  # closed by the hub's deadline, not by this side's timeout
+        except ConnectionResetError:
+            pass  # an aborted handshake may end in a reset: closed all the same
+        assert wait_until(lambda: server.tcp_waiting == 0 and server.tcp_open == 0)
+        assert wait_until(lambda: "TLS handshake failed" in server.closed_reasons[-1])
+    finally:
+        sock.close()

@@ -46,9 +46,16 @@ def open_source(prog: str, args: argparse.Namespace) -> Any:
     return MultiHubSource(clients, addresses=list(args.hub))
 
 
-def print_snapshot(snapshot: dict[str, Any] | None, as_json: bool, summary: Any) -> int:
+def failure_reason(source: Any) -> str | None:
+    """Why no snapshot came, one line: each hub client's last error (refused, TLS, no hub), or None."""
+    clients = getattr(source, "sources", [source])
+    reasons = [client.last_error for client in clients if getattr(client, "last_error", None)]
+    return "; ".join(reasons) or None
+
+
+def print_snapshot(snapshot: dict[str, Any] | None, as_json: bool, summary: Any, reason: str | None = None) -> int:
     if snapshot is None:
-        print("no hub answered", file=sys.stderr)
+        print(reason or "no hub answered", file=sys.stderr)
         return 1
     if as_json:
         json.dump(snapshot, sys.stdout, indent=1)
