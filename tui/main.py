@@ -7,9 +7,17 @@ import sys
 import time
 from typing import Any
 
-from gpumix import __version__
-from gpumix.cli_common import OneLineParser, fail, positive_float
-from gpumix.cli_recording import add_record_flags, start_recording
+from gpumix import __version__, auth
+from gpumix.cli_common import (
+    MAX_HISTORY_MINUTES,
+    MAX_INTERVAL_S,
+    MAX_POWER_W,
+    OneLineParser,
+    at_most,
+    fail,
+    positive_float,
+)
+from gpumix.cli_recording import add_record_flags, resolve_record_flags, start_recording
 from gpumix.hub.client import HubClient
 from gpumix.hub.node import Node, demo_socket_path, start_node
 from gpumix.hub.server import HubAlreadyRunning, hub_answers
@@ -20,6 +28,11 @@ from gpumix.sim.rig import RigError
 from gpumix.tui.remote import add_hub_flags, failure_reason, open_source, print_snapshot
 
 PROG = "gpumix-top"
+DEFAULT_HISTORY_MINUTES = 10.0
+# Flags that set up the hub gpumix-top starts for itself: refused where it starts none (--hub, an already
+# running hub, --replay) rather than dropped. (dest, flag)
+OWN_HUB_FLAGS = (("power_budget", "--power-budget"), ("history_minutes", "--history-minutes"),
+                 ("record", "--record"), ("record_max_size", "--record-max-size"))
 
 
 def build_parser() -> OneLineParser:
@@ -28,11 +41,13 @@ def build_parser() -> OneLineParser:
     source.add_argument("--demo", action="store_true", help="simulate the 10-GPU mixed rig (3x3060, 4x3090, 3x4090)")
     source.add_argument("--sim", metavar="FILE", help="simulate the rig described in a TOML file")
     source.add_argument("--replay", metavar="FILE", help="replay a recording (P pause, [ ] seek, + - speed); read-only")
-    parser.add_argument("--interval", type=positive_float, default=1.0, metavar="SECONDS", help="refresh interval (default 1)")
+    parser.add_argument("--interval", type=at_most(positive_float, MAX_INTERVAL_S), default=1.0, metavar="SECONDS",
+                        help="refresh interval (default 1)")
     parser.add_argument("--theme", metavar="NAME", help="gpumix-dark (default), gpumix-light, gpumix-16, or a user theme")
-    parser.add_argument("--history-minutes", type=positive_float, default=10.0, metavar="MIN", help="history kept for charts (default 10)")
-    parser.add_argument("--power-budget", type=positive_float, metavar="WATTS",
-                        help="the machine's GPU power budget (default: the rig's, if simulated)")
+    parser.add_argument("--history-minutes", type=at_most(positive_float, MAX_HISTORY_MINUTES), metavar="MIN",
+                        help=f"history kept for charts (default {DEFAULT_HISTORY_MINUTES:g}; a hub of its own only)")
+    parser.add_argument("--power-budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
+                        help="the machine's GPU power budget (default: the rig's, if simulated; a hub of its own only)")
     parser.add_argument("--readonly", action="store_true", help="hide every control (shared SSH sessions)")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
@@ -62,10 +77,29 @@ def text_summary(snapshot: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def refuse_own_hub_flags(args: argparse.Namespace, why: str) -> None:
+    for dest, flag in OWN_HUB_FLAGS:
+        if getattr(args, dest) is not None:
+            fail(PROG, f"{flag} sets up a hub of gpumix-top's own, and {why}")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Flags that cannot apply in the mode chosen are refused with one line, never dropped."""
     if args.json and not args.once:
         fail(PROG, "--json needs --once (the interactive monitor draws a screen)")
+    if args.token_file and not any(auth.is_tcp(address) for address in args.hub or []):
+        fail(PROG, "--token-file is for tcp:// or tls:// hubs given with --hub")
+    if args.record_max_size is not None and not args.record:
+        resolve_record_flags(PROG, args)  # refuses it
+    if args.replay:
+        refuse_own_hub_flags(args, "--replay starts none (it shows a recording)")
+    if args.hub:
+        refuse_own_hub_flags(args, "--hub attaches to running hubs instead (set it on `gpumix hub`)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    check_flags(args)
     if args.replay:
         from gpumix.tui.replay import run_replay
 
@@ -78,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_app(source, args)
     simulated = args.demo or args.sim
     if not simulated and not args.once and hub_answers(default_hub_address()):
-        if args.record:
-            fail(PROG, "--record needs a hub of its own: a hub already runs here; record with `gpumix hub --record FILE`")
+        refuse_own_hub_flags(args, f"a hub already runs at {default_hub_address()}: set it on `gpumix hub`"
+                                   " (record with `gpumix hub --record FILE`)")
         return run_app(HubClient(default_hub_address(), readonly=args.readonly), args)  # attach to the running hub
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
@@ -91,12 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         hardware.power_budget_w = args.power_budget
     socket_path = demo_socket_path() if simulated else default_hub_address()
     try:
-        node = start_node(hardware, socket_path, interval_s=args.interval, history_s=args.history_minutes * 60,
+        history_minutes = args.history_minutes or DEFAULT_HISTORY_MINUTES
+        node = start_node(hardware, socket_path, interval_s=args.interval, history_s=history_minutes * 60,
                           demo=args.demo, sample_in_thread=not args.once)
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub on {socket_path}: {error}")
     recorder = None
     try:
+        resolve_record_flags(PROG, args)
         recorder = start_recording(PROG, args, node.hub)
         if args.once:
             return print_once(node, as_json=args.json, wait_for_ranks=len(hardware.backend.gpus()) if args.demo else 0)
@@ -110,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
 def run_app(source: Any, args: argparse.Namespace) -> int:
     from gpumix.tui.app import GpumixApp  # textual loads only for the interactive monitor
 
-    GpumixApp(source, interval_s=args.interval, theme=args.theme, readonly=args.readonly).run()
-    return 0
+    app = GpumixApp(source, interval_s=args.interval, theme=args.theme, readonly=args.readonly)
+    app.run()
+    return app.return_code or 0  # 1 when the app ended on an unhandled exception (Textual prints it)
 
 
 def print_once(node: Node, as_json: bool, wait_for_ranks: int = 0) -> int:
