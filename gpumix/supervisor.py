@@ -7,17 +7,26 @@ stop every rank after the same step, let each run its checkpoint hook,
 then either relaunch under the new plan from that step, or, if any
 checkpoint failed, tell the ranks to go on untouched. A job that exits on
 its own is reported and not relaunched.
+
+Plans are taken from the hub one at a time, only when a restart can start (the poll says
+`accepts_plan`); one that still arrives mid-restart waits its turn here, and each plan's outcome
+is in the status's `plans`. Stopping ends the job's whole process tree (gpumix/process_tree.py):
+SIGTERM, SIGKILL after kill_grace_s, at once on a second stop(); a watchdog ends it if the
+supervisor itself is killed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +35,7 @@ from gpumix.auto_replan import AutoReplan
 from gpumix.hub.client import HubClient
 from gpumix.launch_command import with_process_count
 from gpumix.paths import runtime_dir
+from gpumix.process_tree import MARKER_ENV, end_job, parent_death_signal, signal_job
 from gpumix.run_plan import (
     CONTROL_DIR_ENV,
     PLAN_ENV,
@@ -40,12 +50,16 @@ POLL_S = 0.5
 STOP_MARGIN_S = 0.5  # time the ranks get to see the stop request before reaching the stop step
 CHECKPOINT_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 60.0
+RANKS_WAIT_S = 120.0  # a plan taken just after a (re)launch waits this long for the ranks to report
+KILL_GRACE_S = 10.0  # between SIGTERM and SIGKILL when the job is stopped
+PLANS_LOGGED = 8  # outcomes of the latest plans, in the status
 
 
 class Supervisor:
     def __init__(self, command: list[str], job: str, hub: str | None, plan: RunPlan | None = None,
                  control_dir: Path | None = None, say: Callable[[str], None] = print, granularity: int = 1,
-                 world_from_plan: bool = False, auto_replan: AutoReplan | None = None) -> None:
+                 world_from_plan: bool = False, auto_replan: AutoReplan | None = None,
+                 kill_grace_s: float = KILL_GRACE_S) -> None:
         self.command = command
         self.auto_replan = auto_replan  # `--auto-replan`: restart into a plan that pays, unasked
         # the job reads its rank count from the plan (the demo), so a plan with fewer ranks needs no new command
@@ -63,13 +77,21 @@ class Supervisor:
         self.state = "starting"
         self.message = ""
         self.process: subprocess.Popen[bytes] | None = None
+        self.kill_grace_s = kill_grace_s
         self._stopping = False
+        self._kill_at_s = math.inf  # when a stopping job gets SIGKILL
+        self._marker = uuid.uuid4().hex  # in every process of the job's environment
+        self._watchdog: subprocess.Popen[str] | None = None
+        self._plans: deque[dict[str, Any]] = deque()  # taken from the hub, not started yet
+        self._launched_at_s = -math.inf
+        self.plan_log: deque[dict[str, str]] = deque(maxlen=PLANS_LOGGED)  # {"plan_id", "outcome"}
 
     # -- the child ------------------------------------------------------------------
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ, GPUMIX_JOB=self.job, **{CONTROL_DIR_ENV: str(self.folder),
-                                                         RESUME_STEP_ENV: str(self.resume_step)})
+                                                         RESUME_STEP_ENV: str(self.resume_step),
+                                                         MARKER_ENV: self._marker})
         if self.plan is not None:
             plan_path = self.folder / f"plan-{self.plan.plan_id or 'initial'}.json"
             write_json(plan_path, self.plan.to_json())
@@ -85,45 +107,139 @@ class Supervisor:
             return
         for stale in ("stop.json", "decision.json"):
             (self.folder / stale).unlink(missing_ok=True)
-        self.process = subprocess.Popen(self.command, env=self._environment(), start_new_session=True)
+        # Its own session (a terminal's Ctrl+C reaches us, not the ranks mid-step); SIGTERM if
+        # the thread that started it dies (torchrun then ends its workers; the watchdog the rest).
+        self.process = subprocess.Popen(self.command, env=self._environment(), start_new_session=True,
+                                        preexec_fn=parent_death_signal(signal.SIGTERM))
+        self._tell_watchdog(f"leader {self.process.pid}")
+        self._launched_at_s = time.monotonic()
         self.state, self.message = "running", f"pid {self.process.pid}, from step {self.resume_step}"
 
     def stop(self) -> None:
-        """Ctrl+C: end the whole job (its process group)."""
+        """Ctrl+C or SIGTERM: end the whole job: SIGTERM now, SIGKILL after kill_grace_s.
+        A second stop() (a second Ctrl+C) kills at once."""
+        leader = self.process.pid if self.process is not None else None
+        if self._stopping:
+            self._kill_at_s = time.monotonic()
+            signal_job(self._marker, leader, signal.SIGKILL)
+            return
         self._stopping = True
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+        self._kill_at_s = time.monotonic() + self.kill_grace_s
+        signal_job(self._marker, leader, signal.SIGTERM)
+
+    def _enforce_stop(self) -> None:
+        """Called while waiting on anything: a stopped job past its grace gets SIGKILL."""
+        if self._stopping and time.monotonic() >= self._kill_at_s:
+            signal_job(self._marker, self.process.pid if self.process else None, signal.SIGKILL)
+
+    def _end_leftovers(self) -> None:
+        """The leader exited: its other processes (a worker in a session of its own) go too,
+        within the stop's grace when stopping, else within kill_grace_s."""
+        grace_s = max(0.0, self._kill_at_s - time.monotonic()) if self._stopping else self.kill_grace_s
+        leader = self.process.pid if self.process else None
+        if end_job(self._marker, leader, grace_s):
+            self.say("gpumix run: processes of the job outlived it and were killed")
+
+    # -- the watchdog: ends the job if this process dies without stopping it -----------------
+
+    def _start_watchdog(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-m", "gpumix.process_tree", self._marker, str(self.kill_grace_s)],
+            stdin=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+    def _tell_watchdog(self, line: str) -> None:
+        if self._watchdog is None or self._watchdog.stdin is None:
+            return
+        try:
+            self._watchdog.stdin.write(line + "\n")
+            self._watchdog.stdin.flush()
+        except OSError:  # it died: the job can still be ended by us, and by PDEATHSIG
+            log.warning("gpumix run: the job's watchdog is gone", exc_info=True)
+            self._watchdog = None
+
+    def _stop_watchdog(self) -> None:
+        self._tell_watchdog("done")
+        if self._watchdog is not None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                self._watchdog.stdin.close()
+                self._watchdog.wait(5)
+            self._watchdog = None
 
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> int:
+        self._start_watchdog()
+        try:
+            return self._supervise()
+        except BaseException:  # a bug here, or an interrupt: the job must not run on unsupervised
+            grace_s = max(0.0, self._kill_at_s - time.monotonic()) if self._stopping else self.kill_grace_s
+            end_job(self._marker, self.process.pid if self.process else None, grace_s)
+            raise
+        finally:
+            self._stop_watchdog()
+
+    def _supervise(self) -> int:
         self._launch()
         while True:
             if self.process is None:  # stopped before the job started
                 return 0
+            self._enforce_stop()
             code = self.process.poll()
             if code is not None:
+                self._end_leftovers()
                 self.state = "exited"
                 self.message = f"the job exited with code {code}" + (" (stopped)" if self._stopping else "")
+                while self._plans:
+                    self._log_plan(self._plans.popleft(), "not used: the job exited first")
                 self._report()
                 self.say(f"gpumix run: {self.message}; not relaunched")
                 return code
-            request = self._report()
-            if request is None:
-                request = self._auto_plan()
-            if request is not None:
-                self._restart(RunPlan.from_json(request))
+            self._report(accepts_plan=not self._plans and not self._stopping)
+            request = self._next_plan()
+            if request is not None and not self._stopping:
+                self._start_restart(request)
             time.sleep(POLL_S)
 
-    def _report(self) -> dict[str, Any] | None:
-        """Tell the hub where we are; take a re-plan waiting for us."""
-        if self.client is None:
+    def _next_plan(self) -> dict[str, Any] | None:
+        """The next plan to restart into, once all the ranks it was made for report (one taken
+        just after a relaunch waits for them, up to RANKS_WAIT_S); else an --auto-replan one."""
+        if not self._plans:
+            return self._auto_plan()
+        try:
+            world = RunPlan.from_json(self._plans[0]).world_before
+        except (KeyError, TypeError, ValueError):
+            return self._plans.popleft()  # refused, with the reason, by _start_restart
+        if time.monotonic() - self._launched_at_s < RANKS_WAIT_S and len(self._ranks()) != world:
             return None
+        return self._plans.popleft()
+
+    def _start_restart(self, request: dict[str, Any]) -> None:
+        try:
+            plan = RunPlan.from_json(request)
+        except (KeyError, TypeError, ValueError) as error:
+            self._log_plan(request, f"refused: not a usable plan: {error}")
+            return
+        restarts_before = self.restarts
+        self._restart(plan)
+        restarted = self.restarts > restarts_before
+        self._log_plan(request, f"restarted from step {self.resume_step}" if restarted else self.message)
+
+    def _log_plan(self, request: dict[str, Any], outcome: str) -> None:
+        self.plan_log.append({"plan_id": str(request.get("plan_id") or "")[:64], "outcome": outcome[:160]})
+
+    def _report(self, accepts_plan: bool = False) -> None:
+        """Tell the hub where we are. `accepts_plan`: a restart could start now, so the hub hands
+        over the next waiting plan; one handed over anyway is kept for later, never dropped."""
+        if self.client is None:
+            return
         status = {"state": self.state, "message": self.message[:300], "restarts": self.restarts,
-                  "plan_id": self.plan.plan_id if self.plan else None, "resume_step": self.resume_step,
-                  "pid": os.getpid(), "granularity": self.granularity}
+                  "plan_id": (self.plan.plan_id or "")[:64] if self.plan else None, "resume_step": self.resume_step,
+                  "pid": os.getpid(), "granularity": self.granularity, "accepts_plan": accepts_plan,
+                  "plans": list(self.plan_log)}
         reply = self.client.control({"type": "supervisor", "job": self.job, "status": status})
-        return reply.get("plan") if reply.get("type") == "supervisor_work" else None
+        if reply.get("type") == "supervisor_work" and isinstance(reply.get("plan"), dict):
+            self._plans.append(reply["plan"])
 
     def _auto_plan(self) -> dict[str, Any] | None:
         if self.auto_replan is None or self.client is None or self.state != "running":
@@ -160,6 +276,9 @@ class Supervisor:
             self.message = f"restart refused: {refusal}"
             self.say(f"gpumix run: {self.message}")
             return
+        if self._stopping:
+            self.message = "restart refused: the job is being stopped"
+            return
         step_s = max((r["step_time_s"] or 0.0) for r in ranks) or 1.0
         last_reported = max(r["step"] or 0 for r in ranks)
         # A rank's last report lags its progress by a step; give every rank time to see the request.
@@ -174,8 +293,9 @@ class Supervisor:
         running = len(ranks)  # every rank running now checkpoints, also those the plan leaves out
         reports = self._await_checkpoints(restart_id, running, deadline_s=(stop_after - last_reported) * step_s + CHECKPOINT_TIMEOUT_S)
         failed = [r for r in reports.values() if not r.get("ok")]
-        if len(reports) < running or failed:
+        if len(reports) < running or failed or self._stopping:
             why = "; ".join(r.get("error") or "?" for r in failed) or f"{running - len(reports)} rank(s) did not checkpoint in time"
+            why = "the job is being stopped" if self._stopping else why
             write_json(self.folder / "decision.json", {"restart_id": restart_id, "decision": "continue"})
             (self.folder / "stop.json").unlink(missing_ok=True)
             self.state, self.message = "running", f"restart aborted, the run goes on unchanged: {why}"
@@ -186,6 +306,9 @@ class Supervisor:
         self.say(f"gpumix run: {self.message}")
         self._report()
         self._await_exit()
+        if self._stopping:  # stopped while the ranks were leaving: nothing to relaunch
+            self.message = "stopped while relaunching"
+            return
         self.plan, self.resume_step, self.command = plan, stop_after, command
         if plan.gpus is not None:
             self.visible_gpus = plan.gpus
@@ -204,13 +327,19 @@ class Supervisor:
                     reports[rank] = report
             if self.process is not None and self.process.poll() is not None:
                 break  # the job died while stopping
+            if self._stopping:
+                break
             self._report()
             time.sleep(POLL_S / 5)
         return reports
 
     def _await_exit(self) -> None:
-        try:
-            self.process.wait(timeout=EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:  # a rank that does not leave after agreeing to
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=10)
+        """The ranks agreed to exit: wait for them, then end what is left of the old job (a rank
+        that does not leave, a process of its own session) before the relaunch."""
+        deadline = time.monotonic() + EXIT_TIMEOUT_S
+        while self.process.poll() is None and time.monotonic() < deadline:
+            self._enforce_stop()
+            self._report()
+            time.sleep(POLL_S / 5)
+        self._end_leftovers()
+        self.process.wait()

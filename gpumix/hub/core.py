@@ -140,7 +140,7 @@ class Hub:
             gpus.append({**gpu, "ranks": on_gpu})
         snapshot["gpus"] = gpus
         snapshot["tiers"] = tier_table(snapshot)
-        snapshot["jobs"] = {job: dict(status) for job, status in self._jobs.items()}
+        snapshot["jobs"] = self._supervised_jobs(now_s)
         host = snapshot.get("host") or {}
         settings = AdvisorSettings(power_budget_w=self.hardware.power_budget_w, has_infiniband=bool(host.get("infiniband")))
         snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings)]
@@ -166,31 +166,59 @@ class Hub:
     # -- supervised jobs (gpumix run) --------------------------------------------------
 
     def request_restart(self, job: str, plan: dict[str, Any]) -> dict[str, Any]:
-        """Queue a new plan for the supervisor of `job`; it restarts the run when it picks it up."""
+        """Queue a new plan for the supervisor of `job` (gpumix/hub/jobs.py), or refuse it; the
+        reply says which, and `queued` the plan's place in line."""
+        from collections import deque
+
+        from gpumix.hub import jobs
         from gpumix.run_plan import RunPlan
 
         with self._lock:
-            status = self._jobs.get(job)
-            alive = status is not None and self._clock() - status["last_seen_s"] < SUPERVISOR_TIMEOUT_S
-        if not alive:
-            return {"type": "replan_result", "ok": False,
-                    "message": f"no supervisor runs job {job!r}: start the job with `gpumix run -- ...`"}
+            status = dict(self._jobs.get(job) or {})
+        if not status or self._clock() - status["last_seen_s"] >= SUPERVISOR_TIMEOUT_S:
+            return jobs.refused(f"no supervisor runs job {job!r}: start the job with `gpumix run -- ...`")
+        if status.get("state") == "exited":
+            return jobs.refused(f"job {job!r} has exited: {status.get('message') or 'nothing to restart'}")
         try:
             run_plan = RunPlan.from_json(plan)
         except (KeyError, TypeError, ValueError) as error:
-            return {"type": "replan_result", "ok": False, "message": f"not a usable plan: {error}"}
+            return jobs.refused(f"not a usable plan: {error}")
         with self._lock:
-            self._pending_plans[job] = run_plan.to_json()
+            waiting = self._pending_plans.setdefault(job, deque())
+            if len(waiting) >= jobs.MAX_WAITING_PLANS:
+                return jobs.full(job)
+            waiting.append(run_plan.to_json())
+            position = len(waiting)
             self._ranks_changed = True
-        return {"type": "replan_result", "ok": True, "message": f"restart of {job} requested"}
+        return jobs.queued(job, position, status)
 
     def supervisor_poll(self, job: str, status: dict[str, Any]) -> dict[str, Any]:
-        """A supervisor reports its state and takes the plan waiting for it, if any."""
+        """A supervisor reports its state; when it can start a restart, it takes the next plan."""
         with self._lock:
+            previous = self._jobs.get(job)
+            if previous is not None and previous.get("pid") != status.get("pid"):
+                self._pending_plans.pop(job, None)  # asked of an earlier supervisor of this job
             self._jobs[job] = {**status, "last_seen_s": self._clock()}
-            plan = self._pending_plans.pop(job, None)
+            waiting = self._pending_plans.get(job)
+            # a supervisor that does not say (an older one) takes a plan while its job runs
+            ready = status.get("accepts_plan", status.get("state") == "running") is True
+            plan = waiting.popleft() if waiting and ready else None
+            if waiting is not None and not waiting:
+                del self._pending_plans[job]
             self._ranks_changed = True
         return {"type": "supervisor_work", "plan": plan}
+
+    def _supervised_jobs(self, now_s: float) -> dict[str, dict[str, Any]]:
+        """The supervisors' statuses for the snapshot (under the lock). One silent past the timeout
+        is marked lost and its waiting plans are dropped (a silent job leaves later, _expire)."""
+        from gpumix.hub import jobs
+
+        view = {}
+        for job, status in self._jobs.items():
+            if now_s - status["last_seen_s"] >= SUPERVISOR_TIMEOUT_S:
+                jobs.mark_lost(status, dropped_plans=len(self._pending_plans.pop(job, ())))
+            view[job] = {**status, "queued_plans": len(self._pending_plans.get(job, ()))}
+        return view
 
     def agent_hello(self, info: dict[str, Any]) -> RankKey:
         key = (info["job"], info["rank"])
