@@ -12,4 +12,4 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 .venv/bin/python -c 'import deepspeed' 2>/dev/null ||
     DS_BUILD_OPS=0 .venv/bin/pip install -q --no-build-isolation deepspeed==0.19.8
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q -rs "$@"

@@ -15,6 +15,26 @@ from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
 from gpumix.hw.open import Hardware, simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
+from tests.skips import ALLOWED_SKIPS, unlisted
+
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A skip not listed in tests/skips.py fails the run: it would hide a missing package or a bug."""
+    bad = unlisted(_skipped)
+    if bad:
+        print(f"\nunlisted skips (list them with a reason in tests/skips.py, or fix them): {bad}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_report_header() -> str:
+    return f"allowed skips: {len(ALLOWED_SKIPS)} (tests/skips.py)"
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0) -> Any:
