@@ -13,6 +13,7 @@ The endpoint carries no authentication: it listens on loopback unless
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from prometheus_client.registry import Collector
 from gpumix.auth import (
     is_loopback,  # a host name counts as public: we cannot tell where it resolves
 )
+from gpumix.snapshot import job_label
 
 DEFAULT_HOST = "127.0.0.1"
 MIB = 1024**2
@@ -73,6 +75,15 @@ def parse_listen(text: str, public: bool = False) -> tuple[str, int]:
 
 
 
+def _add(family: GaugeMetricFamily, labels: list[str], value: Any) -> None:
+    """One sample, if its value is a finite number: Prometheus would take +Inf or NaN, and every
+    sum, rate and alert over the series would turn into it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if math.isfinite(value):
+        family.add_metric(labels, float(value))
+
+
 def _gpu_labels(gpu: dict[str, Any], hostname: str) -> list[str]:
     return [str(gpu["index"]), gpu["uuid"], gpu.get("name") or "", gpu.get("tier") or "", hostname]
 
@@ -96,20 +107,19 @@ class HubCollector(Collector):
             family = GaugeMetricFamily(name, help_text, labels=GPU_LABELS)
             for gpu in gpus:
                 if gpu.get(key) is not None:
-                    family.add_metric(_gpu_labels(gpu, hostname), gpu[key] * scale)
+                    _add(family, _gpu_labels(gpu, hostname), gpu[key] * scale)
             yield family
         free = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=GPU_LABELS)
         for gpu in gpus:
             if gpu.get("mem_total_bytes") is not None and gpu.get("mem_used_bytes") is not None:
-                free.add_metric(_gpu_labels(gpu, hostname), (gpu["mem_total_bytes"] - gpu["mem_used_bytes"]) / MIB)
+                _add(free, _gpu_labels(gpu, hostname), (gpu["mem_total_bytes"] - gpu["mem_used_bytes"]) / MIB)
         yield free
         # cumulative, but typed gauge: prometheus_client would append _total to a counter's name, and
         # dashboards for dcgm-exporter query the bare name (rate() works on either type)
         replay = GaugeMetricFamily("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries (cumulative).",
                                    labels=GPU_LABELS)
         for gpu in gpus:
-            if gpu.get("pcie_replay_count") is not None:
-                replay.add_metric(_gpu_labels(gpu, hostname), gpu["pcie_replay_count"])
+            _add(replay, _gpu_labels(gpu, hostname), gpu.get("pcie_replay_count"))
         yield replay
         gen = GaugeMetricFamily("gpumix_pcie_link_gen", "Current PCIe link generation (drops at idle).", labels=GPU_LABELS)
         width = GaugeMetricFamily("gpumix_pcie_link_width", "Current PCIe link width (lanes).", labels=GPU_LABELS)
@@ -117,21 +127,16 @@ class HubCollector(Collector):
                                   labels=[*GPU_LABELS, "direction"])
         for gpu in gpus:
             labels = _gpu_labels(gpu, hostname)
-            if gpu.get("pcie_link_gen_current") is not None:
-                gen.add_metric(labels, gpu["pcie_link_gen_current"])
-            if gpu.get("pcie_link_width_current") is not None:
-                width.add_metric(labels, gpu["pcie_link_width_current"])
+            _add(gen, labels, gpu.get("pcie_link_gen_current"))
+            _add(width, labels, gpu.get("pcie_link_width_current"))
             for direction in ("rx", "tx"):
-                value = gpu.get(f"pcie_{direction}_link_share")
-                if value is not None:
-                    share.add_metric([*labels, direction], value)
+                _add(share, [*labels, direction], gpu.get(f"pcie_{direction}_link_share"))
         yield from (gen, width, share)
         yield from self._ranks(snapshot, hostname)
         wait = GaugeMetricFamily("gpumix_tier_wait_share", "Median share of each step a tier's ranks wait for the slowest (0-1).",
                                  labels=["tier", "Hostname"])
         for tier in snapshot.get("tiers") or []:
-            if tier.get("wait_share") is not None:
-                wait.add_metric([tier["tier"], hostname], tier["wait_share"])
+            _add(wait, [tier["tier"], hostname], tier.get("wait_share"))
         yield wait
         findings = GaugeMetricFamily("gpumix_findings", "Findings of the advisor now, by severity.", labels=["severity", "Hostname"])
         counts = dict.fromkeys(SEVERITIES, 0)
@@ -141,8 +146,7 @@ class HubCollector(Collector):
             findings.add_metric([severity, hostname], count)
         yield findings
         budget = GaugeMetricFamily("gpumix_power_budget_watts", "The machine's GPU power budget (W).", labels=["Hostname"])
-        if snapshot.get("power_budget_w") is not None:
-            budget.add_metric([hostname], snapshot["power_budget_w"])
+        _add(budget, [hostname], snapshot.get("power_budget_w"))
         yield budget
 
     def _ranks(self, snapshot: dict[str, Any], hostname: str) -> Iterator[Metric]:
@@ -150,9 +154,9 @@ class HubCollector(Collector):
         for name, help_text, key in RANK_GAUGES:
             family = GaugeMetricFamily(name, help_text, labels=RANK_LABELS)
             for rank in ranks:
-                value = rank.get(key)
-                if value is not None:
-                    family.add_metric([str(rank["rank"]), rank.get("job") or "", rank.get("hostname") or hostname], float(value))
+                # an unnamed script's job label is its run id: two such scripts are two series
+                labels = [str(rank["rank"]), job_label(rank.get("job"), rank.get("run_id")), rank.get("hostname") or hostname]
+                _add(family, labels, float(rank[key]) if isinstance(rank.get(key), bool) else rank.get(key))
             yield family
 
 

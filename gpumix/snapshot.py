@@ -1,8 +1,11 @@
 """The snapshot: one JSON-ready dict with everything a client shows.
 
-Top-level keys: `gpus`, `host`, `p2p`, `ranks`, `findings`, `plan` (the
-last three are filled by later features). Units sit in key names. The TUI,
-`--once --json` and remote clients all read this same shape.
+Top-level keys: `gpus`, `host`, `p2p`, `ranks`, `run`, `runs`, `findings`,
+`plan` (the hub fills ranks, runs and findings). Units sit in key names. The
+TUI, `--once --json` and remote clients all read this same shape.
+
+Ranks of different jobs never wait for each other: whatever compares ranks
+(stragglers, wait shares, a run's pace) groups them with `ranks_by_job`.
 """
 
 from __future__ import annotations
@@ -71,6 +74,19 @@ def _process_fields(process: ProcessSample | None) -> dict[str, Any]:
     return fields
 
 
+def job_label(job: str | None, run_id: str | None) -> str:
+    """The job a rank belongs to: its name, or for a script started without one, its run id."""
+    return job if job is not None else (run_id or "")
+
+
+def ranks_by_job(ranks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """A snapshot's rank rows grouped by job_label, in order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for rank in ranks:
+        groups.setdefault(job_label(rank.get("job"), rank.get("run_id")), []).append(rank)
+    return groups
+
+
 def build_snapshot(
     *,
     timestamp_s: float,
@@ -93,6 +109,8 @@ def build_snapshot(
         "host": host.to_json() if host else None,
         "p2p": [asdict(link) for link in p2p],
         "ranks": [],
+        "run": None,
+        "runs": {},
         "findings": [],
         "plan": None,
     }

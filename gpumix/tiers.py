@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from gpumix.snapshot import ranks_by_job
+
 UNDERUSED_WAIT_SHARE = 0.30  # a tier that waits this share of every step is underutilized
 
 OPTIONS_UNDERUSED = [
@@ -24,11 +26,16 @@ OPTIONS_STRAGGLER = [
 
 
 def wait_shares(ranks: list[dict[str, Any]]) -> dict[int, float]:
-    live = [r for r in ranks if r.get("connected") and r.get("compute_s") is not None and r.get("step_time_s")]
-    if not live:
-        return {}
-    slowest = max(r["compute_s"] for r in live)
-    return {r["rank"]: max(0.0, (slowest - r["compute_s"]) / r["step_time_s"]) for r in live}
+    """Each live rank's wait for the slowest rank of its own job, as a share of its step (0-1),
+    keyed by id() of the rank's dict: rank numbers repeat across jobs."""
+    shares = {}
+    for members in ranks_by_job(ranks).values():
+        live = [r for r in members if r.get("connected") and r.get("compute_s") is not None and r.get("step_time_s")]
+        if not live:
+            continue
+        slowest = max(r["compute_s"] for r in live)
+        shares.update({id(r): min(1.0, max(0.0, (slowest - r["compute_s"]) / r["step_time_s"])) for r in live})
+    return shares
 
 
 def tier_table(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
@@ -46,7 +53,7 @@ def tier_table(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
         tier_ranks = [r for gpu in gpus for r in by_uuid.get(gpu["uuid"], [])]
         utils = [g["util_gpu_pct"] for g in gpus if g["util_gpu_pct"] is not None]
         rates = [r["samples_per_s"] for r in tier_ranks if r.get("samples_per_s") is not None]
-        tier_waits = [waits[r["rank"]] for r in tier_ranks if r["rank"] in waits]
+        tier_waits = [waits[id(r)] for r in tier_ranks if id(r) in waits]
         wait = statistics.median(tier_waits) if tier_waits else None
         straggler = any(r.get("straggler") for r in tier_ranks)
         underused = wait is not None and wait >= UNDERUSED_WAIT_SHARE and not straggler

@@ -43,9 +43,10 @@ def write_rig(tmp_path: Path, text: str) -> Path:
 
 
 def add_ranks(hub: Hub, computes: list[float], step_s: float = 0.5, env: dict[str, str] | list[dict[str, str]] | None = None,
-              job: str = "train") -> None:
-    """One rank per GPU (rank i on GPU i), each reporting a few steps of this compute time."""
+              job: str = "train") -> list[Any]:
+    """One rank per GPU (rank i on GPU i), each reporting a few steps of this compute time; their keys."""
     gpus = hub.snapshot()["gpus"]
+    keys = []
     for rank, compute in enumerate(computes):
         rank_env = env[rank] if isinstance(env, list) else (env if env is not None else dict(GOOD_ENV))
         key = hub.agent_hello(parse_hello({"rank": rank, "world_size": len(computes), "job": job,
@@ -53,6 +54,8 @@ def add_ranks(hub: Hub, computes: list[float], step_s: float = 0.5, env: dict[st
         for step in range(5):
             hub.agent_step(key, parse_step({"step": step, "step_time_s": step_s, "samples": 32,
                                             "comm_s": step_s - compute, "data_wait_s": 0.0}))
+        keys.append(key)
+    return keys
 
 
 def ids(snapshot: dict[str, Any], settings: AdvisorSettings | None = None) -> list[str]:
@@ -280,8 +283,8 @@ def test_cpu_forwarding_is_an_error_when_the_host_cpu_is_saturated_too(demo_hub:
 
 
 def test_cpu_forwarding_seen_through_the_shm_transport(demo_hub: Hub) -> None:
-    add_ranks(demo_hub, [0.20, 0.15], env={"NCCL_IB_DISABLE": "1"})
-    demo_hub.agent_transport(("train", 0), [{"src": 0, "dst": 1, "transport": "SHM/direct"}])
+    keys = add_ranks(demo_hub, [0.20, 0.15], env={"NCCL_IB_DISABLE": "1"})
+    demo_hub.agent_transport(keys[0], [{"src": 0, "dst": 1, "transport": "SHM/direct"}])
     assert "NCCL's SHM transport" in one(demo_hub.snapshot(), "cpu-forwarding").evidence
 
 

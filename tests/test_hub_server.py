@@ -200,17 +200,27 @@ def test_bad_peers_close_only_their_connection(served: tuple[Hub, HubServer], so
     client.close()
 
 
-def test_overflowing_derived_figure_still_encodes(served: tuple[Hub, HubServer], sock_path: str) -> None:
-    """Finite inputs whose ratio overflows (samples / a denormal step time) must not break snapshots."""
+def test_absurd_finite_numbers_never_reach_the_snapshot(served: tuple[Hub, HubServer], sock_path: str) -> None:
+    """Finite but absurd numbers (a denormal step time, 1e308 samples, -1e308 s of communication) are
+    dropped at ingest, field by field, and counted; the connection and the other fields stay."""
     hub, _ = served
     with raw_connect(sock_path) as sock:
-        sock.sendall(HELLO + frame(b'{"v":1,"type":"step","step":0,"step_time_s":5e-324,"samples":1e308}'))
-        assert wait_until(lambda: any(r["step"] == 0 for r in hub.snapshot()["ranks"]))
+        sock.sendall(HELLO + frame(b'{"v":1,"type":"step","step":0,"step_time_s":0.5,"samples":8}')
+                     + frame(b'{"v":1,"type":"step","step":1,"step_time_s":1e-308,"samples":1e308,"comm_s":-1e308}')
+                     + frame(b'{"v":1,"type":"step","step":2,"step_time_s":0.5,"samples":1e308,"comm_s":-1e308,'
+                             b'"loss":-1.7e308,"tokens":8}'))
+        assert wait_until(lambda: any(r["step"] == 2 for r in hub.snapshot()["ranks"]))
         client = HubClient(sock_path, timeout_s=2.0)
         snapshot = client.snapshot()
         client.close()
+        # bad values cost the values, not the connection: a next step still arrives
+        sock.sendall(frame(b'{"v":1,"type":"step","step":3,"step_time_s":0.5,"samples":8}'))
+        assert wait_until(lambda: any(r["step"] == 3 for r in hub.snapshot()["ranks"]))
     assert snapshot is not None
-    assert snapshot["ranks"][0]["samples_per_s"] is None  # inf went over the wire as null
+    (rank,) = snapshot["ranks"]
+    assert rank["connected"] and rank["step_time_s"] == 0.5 and rank["rejected_values"] == 3 + 3
+    assert rank["samples_per_s"] == pytest.approx(16.0) and rank["tokens_per_s"] == pytest.approx(16.0)
+    assert rank["comm_share"] is None and rank["loss"] is None and rank["loss_history"] == []
 
 
 # -- (c) fuzz: whatever arrives, the hub keeps serving ----------------------------------

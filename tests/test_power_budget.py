@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -175,14 +177,17 @@ def test_fit_keeps_ranges_and_meets_the_budget(case: tuple[list[GpuPower], float
 # -- the fit's input from a hub snapshot ------------------------------------------------------------
 
 
-def add_demo_ranks(hub: Hub, computes: list[float], step_s: float = 0.5) -> None:
+def add_demo_ranks(hub: Hub, computes: list[float], step_s: float = 0.5) -> list[Any]:
     gpus = hub.snapshot()["gpus"]
+    keys = []
     for rank, compute in enumerate(computes):
         key = hub.agent_hello(parse_hello({"rank": rank, "world_size": len(computes), "job": "demo",
                                           "gpu_uuid": gpus[rank]["uuid"]}))
         for step in range(3):
             hub.agent_step(key, parse_step({"step": step, "step_time_s": step_s, "samples": 64,
                                             "comm_s": step_s - compute, "data_wait_s": 0.0}))
+        keys.append(key)
+    return keys
 
 
 def test_gpu_power_from_the_demo_snapshot_with_ranks(demo_hub: Hub) -> None:
@@ -215,7 +220,7 @@ def test_gpu_power_without_ranks_and_with_a_lost_gpu(demo_hardware, clock) -> No
 
 
 def test_disconnected_ranks_are_ignored(demo_hub: Hub) -> None:
-    add_demo_ranks(demo_hub, [0.4, 0.1])
-    demo_hub.agent_gone(("demo", 0))
+    keys = add_demo_ranks(demo_hub, [0.4, 0.1])
+    demo_hub.agent_gone(keys[0])
     gpus = gpu_power_from_snapshot(demo_hub.snapshot())
     assert gpus[0].compute_s is None and gpus[1].compute_s == pytest.approx(0.1)

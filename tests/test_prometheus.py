@@ -8,6 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpumix.hub import Hub
+from gpumix.hub.ranks import parse_step
 from gpumix.prometheus import ListenError, MetricsServer, parse_listen
 from tests.recording_helpers import add_ranks, step_ranks
 
@@ -94,3 +95,47 @@ def test_public_address_without_the_flag_is_refused_in_one_line(capsys) -> None:
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gpumix: --prometheus 0.0.0.0:9400:") and "--prometheus-public" in err
+
+
+def test_absurd_numbers_never_export_infinity(demo_hub: Hub) -> None:
+    """One rank sending a denormal step time, 1e308 samples and -1e308 s of communication among honest
+    ranks: no +Inf/NaN anywhere in /metrics, tier wait shares within 0-1, the fake rank no straggler."""
+    keys = add_ranks(demo_hub, count=3)
+    for step in range(5):
+        step_ranks(demo_hub, keys, step)
+    for step in range(5, 8):
+        demo_hub.agent_step(keys[2], parse_step({"step": step, "step_time_s": 1e-308, "samples": 1e308,
+                                                 "comm_s": -1e308}))
+        demo_hub.agent_step(keys[2], parse_step({"step": step, "step_time_s": 0.5, "samples": 1e308,
+                                                 "comm_s": -1e308, "data_wait_s": 1e308}))
+    server = MetricsServer(demo_hub, "127.0.0.1", 0)
+    try:
+        body = urllib.request.urlopen(server.url, timeout=5).read().decode()
+    finally:
+        server.stop()
+    assert "Inf" not in body and "NaN" not in body
+    metrics = {family.name: family.samples for family in text_string_to_metric_families(body)}
+    assert all(0.0 <= s.value <= 1.0 for s in metrics["gpumix_tier_wait_share"])
+    straggler = {s.labels["rank"]: s.value for s in metrics["gpumix_rank_straggler"]}
+    assert straggler == {"0": 1.0, "1": 0.0, "2": 0.0}
+    rates = {s.labels["rank"]: s.value for s in metrics["gpumix_rank_samples_per_second"]}
+    assert rates["2"] == pytest.approx(32 / 0.5)
+
+
+def test_a_non_finite_value_is_left_out_not_exported() -> None:
+    class Source:  # a snapshot from a remote hub or a replay can hold anything JSON holds
+        def snapshot(self) -> dict:
+            return {"hostname": "h", "gpus": [], "ranks": [
+                {"rank": 0, "job": "j", "connected": True, "step_time_s": float("inf"), "samples_per_s": float("nan"),
+                 "comm_share": 0.5, "straggler": False}],
+                "tiers": [{"tier": "T", "wait_share": float("inf")}], "power_budget_w": float("-inf")}
+
+    server = MetricsServer(Source(), "127.0.0.1", 0)
+    try:
+        body = urllib.request.urlopen(server.url, timeout=5).read().decode()
+    finally:
+        server.stop()
+    assert "Inf" not in body and "NaN" not in body
+    metrics = {family.name: family.samples for family in text_string_to_metric_families(body)}
+    assert [s.value for s in metrics["gpumix_rank_comm_share"]] == [0.5]
+    assert metrics["gpumix_rank_step_time_seconds"] == [] and metrics["gpumix_tier_wait_share"] == []

@@ -15,21 +15,42 @@ from gpumix.history import GpuHistory
 from gpumix.host import HostSampler
 from gpumix.hub.ranks import (
     RankStream,
+    bound_detail,
     carry_points,
     mark_stragglers,
     points_view,
     rank_summary,
-    run_summary,
+    runs_summary,
 )
 from gpumix.hw.open import Hardware
 from gpumix.hw.types import P2PLink
 from gpumix.power import PowerController
-from gpumix.snapshot import build_snapshot
+from gpumix.protocol import ProtocolError
+from gpumix.snapshot import build_snapshot, job_label
 from gpumix.tiers import tier_table
 
-RankKey = tuple[str | None, int]  # (job, rank)
-MAX_RANKS = 4096  # bounded, whatever connects
+StreamKey = tuple[str | None, str | None, int]  # (job, run id, rank): one rank of one launch
+RankKey = tuple[str | None, str | None, int, int]  # an agent's connection: its stream's key and a serial
+RANK_RETENTION_S = 600.0  # a gone rank or job stays in view this long (the recorder keeps it for good)
+MAX_RANKS = 4096  # ranks held, live and gone: gone ones make room first
+MAX_RANKS_PER_JOB = 1024
+MAX_JOBS = 64  # supervisors' statuses held (the oldest goes first)
+DETAIL_RANKS = 256  # ranks whose env, versions, transport, losses and points a snapshot carries
 SUPERVISOR_TIMEOUT_S = 5.0  # a supervisor polls every half second
+
+
+class RankRefused(ProtocolError):
+    """A hello the hub will not take (a limit, or a rank that is live): str() is the reason."""
+
+
+def _same_process(stream: RankStream, info: dict[str, Any]) -> bool:
+    """The hello comes from the process that already holds this rank (its agent reconnected)."""
+    return (stream.pid is not None and stream.pid == info["pid"] and stream.hostname == info["hostname"]
+            and stream.peer_uid == info.get("peer_uid"))
+
+
+def _job_name(job: str | None, run_id: str | None) -> str:
+    return f"job {job!r}" if job is not None else f"the unnamed run {run_id!r}"
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +65,10 @@ class Hub:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         hostname: str | None = None,
+        rank_retention_s: float = RANK_RETENTION_S,
     ) -> None:
         self.hardware = hardware
+        self.rank_retention_s = rank_retention_s
         self.interval_s = interval_s
         self.history = GpuHistory(max_points=max(2, int(history_s / interval_s)))
         self._host = host_sampler if host_sampler is not None else HostSampler()
@@ -61,7 +84,10 @@ class Hub:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ticks = 0
-        self._ranks: dict[RankKey, RankStream] = {}
+        self._ranks: dict[StreamKey, RankStream] = {}  # change it through _put and _drop only
+        self._job_sizes: dict[str, int] = {}  # streams per job (job_label): the per-job limit
+        self._by_job_rank: dict[tuple[str, int], set[StreamKey]] = {}  # a named job's rank -> its streams
+        self._connection_serial = 0  # numbers agents' connections: a closed one's late messages are ignored
         self._ranks_changed = True
         self._merged: dict[str, Any] | None = None  # hardware snapshot + current ranks
         self.on_tick: list[Callable[[], None]] = []  # e.g. the demo job pacing the simulated GPUs
@@ -100,6 +126,7 @@ class Hub:
         )
         snapshot["power_budget_w"] = self.hardware.power_budget_w
         with self._lock:
+            self._expire(self._clock())
             self.history.add(samples)
             self._snapshot = snapshot
             self._merged = None
@@ -127,13 +154,13 @@ class Hub:
 
     def _merge_ranks(self, hardware_snapshot: dict[str, Any]) -> dict[str, Any]:
         now_s = self._clock()
-        ranks = []
-        for _, stream in sorted(self._ranks.items(), key=lambda item: (item[0][0] or "", item[0][1])):
-            ranks.append({**rank_summary(stream), "points": points_view(stream, now_s)})
+        ranks = [self._rank_row(stream, now_s) for _, stream in
+                 sorted(self._ranks.items(), key=lambda item: (job_label(item[0][0], item[0][1]), item[0][2],
+                                                               item[0][1] or ""))]
         mark_stragglers(ranks)
         snapshot = dict(hardware_snapshot)
         snapshot["ranks"] = ranks
-        snapshot["run"] = run_summary(ranks)
+        snapshot["run"], snapshot["runs"] = runs_summary(ranks)
         gpus = []
         for gpu in hardware_snapshot["gpus"]:
             on_gpu = [r["rank"] for r in ranks if r["gpu_uuid"] == gpu["uuid"] and r["connected"]]
@@ -144,7 +171,16 @@ class Hub:
         host = snapshot.get("host") or {}
         settings = AdvisorSettings(power_budget_w=self.hardware.power_budget_w, has_infiniband=bool(host.get("infiniband")))
         snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings)]
+        bound_detail(ranks, DETAIL_RANKS)  # after the advisor, which reads every rank's env
         return snapshot
+
+    @staticmethod
+    def _rank_row(stream: RankStream, now_s: float) -> dict[str, Any]:
+        if stream.connected:
+            return {**rank_summary(stream), "points": points_view(stream, now_s)}
+        if stream.gone_summary is None:  # a gone rank's row stays the same: the recorder sees no change
+            stream.gone_summary = {**rank_summary(stream), "points": points_view(stream, stream.gone_since_s or now_s)}
+        return dict(stream.gone_summary)
 
     # -- controls ----------------------------------------------------------------
 
@@ -221,55 +257,149 @@ class Hub:
         return view
 
     def agent_hello(self, info: dict[str, Any]) -> RankKey:
-        key = (info["job"], info["rank"])
+        """A training rank's agent connected. Raises RankRefused (with the reason) for a rank that
+        another process holds live, or when the limits are reached and no gone rank can make room."""
+        job, run_id, rank = info["job"], info.get("run_id"), info["rank"]
+        key: StreamKey = (job, run_id, rank)
         uuid = info["gpu_uuid"]
         if uuid is None and info["nvml_index"] is not None and 0 <= info["nvml_index"] < len(self._infos):
             uuid = self._infos[info["nvml_index"]].uuid
         with self._lock:
-            if key not in self._ranks and len(self._ranks) >= MAX_RANKS:
-                raise OverflowError("too many ranks")
+            now_s = self._clock()
             old = self._ranks.get(key)
+            same_process = old is not None and _same_process(old, info)
+            if old is not None and old.connected and not same_process:
+                raise RankRefused(f"rank {rank} of {_job_name(job, run_id)} is already connected (pid {old.pid});"
+                                  " a second agent for a live rank is refused")
+            predecessor = old if old is not None else self._predecessor(job, rank)
+            if predecessor is not None and old is None:  # replaced by its successor below
+                self._drop((predecessor.job, predecessor.run_id, predecessor.rank))
+            if old is None and predecessor is None:
+                self._make_room(job_label(job, run_id), job, run_id)
             stream = RankStream(
-                rank=info["rank"], world_size=info["world_size"], local_rank=info["local_rank"], pid=info["pid"],
-                hostname=info["hostname"], gpu_uuid=uuid, nvml_index=info["nvml_index"], job=info["job"],
-                env=info["env"], versions=info["versions"], last_seen_s=self._clock(),
+                rank=rank, world_size=info["world_size"], local_rank=info["local_rank"], pid=info["pid"],
+                hostname=info["hostname"], gpu_uuid=uuid, nvml_index=info["nvml_index"], job=job,
+                env=info["env"], versions=info["versions"], run_id=run_id, peer_uid=info.get("peer_uid"),
+                last_seen_s=now_s,
             )
-            if old is not None and old.pid == stream.pid:
-                stream.steps = old.steps  # the same process reconnected: keep its history
-                stream.points = old.points
-            elif old is not None:  # a new process for this rank: a restart, maybe under a new split
-                carry_points(old, stream, self._clock())
-            self._ranks[key] = stream
+            if old is not None and same_process:  # its agent reconnected: keep what it sent
+                stream.steps, stream.points, stream.transport = old.steps, old.points, old.transport
+                stream.connections, stream.rejected_values = set(old.connections), old.rejected_values
+            elif predecessor is not None:  # a new process for this rank: a restart, maybe under a new split
+                carry_points(predecessor, stream, now_s)
+            self._connection_serial += 1
+            stream.connections.add(self._connection_serial)
+            self._put(key, stream)
             self._ranks_changed = True
-        return key
+            return (*key, self._connection_serial)
+
+    def _put(self, key: StreamKey, stream: RankStream) -> None:
+        if key not in self._ranks:
+            self._job_sizes[stream.group] = self._job_sizes.get(stream.group, 0) + 1
+            if stream.job is not None:
+                self._by_job_rank.setdefault((stream.job, stream.rank), set()).add(key)
+        self._ranks[key] = stream
+
+    def _drop(self, key: StreamKey) -> None:
+        stream = self._ranks.pop(key, None)
+        if stream is None:
+            return
+        self._job_sizes[stream.group] -= 1
+        if not self._job_sizes[stream.group]:
+            del self._job_sizes[stream.group]
+        if stream.job is not None:
+            same_rank = self._by_job_rank[(stream.job, stream.rank)]
+            same_rank.discard(key)
+            if not same_rank:
+                del self._by_job_rank[(stream.job, stream.rank)]
+
+    def _predecessor(self, job: str | None, rank: int) -> RankStream | None:
+        """The gone process of this rank of a named job under another run id (`gpumix run` relaunched
+        the job: torchrun's run id, or each process's own id, changed): its successor inherits it."""
+        if job is None:  # unnamed scripts are separate runs, never one another's restart
+            return None
+        streams = (self._ranks[key] for key in self._by_job_rank.get((job, rank), ()))
+        gone = [s for s in streams if not s.connected]
+        return max(gone, key=lambda s: s.gone_since_s or 0.0, default=None)
+
+    def _make_room(self, label: str, job: str | None, run_id: str | None) -> None:
+        """Room for one more rank: the oldest gone rank goes first; with none gone, refuse."""
+        if self._job_sizes.get(label, 0) >= MAX_RANKS_PER_JOB and not self._evict_oldest_gone(
+                [s for s in self._ranks.values() if s.group == label]):
+            raise RankRefused(f"{_job_name(job, run_id)} already has {MAX_RANKS_PER_JOB} ranks connected,"
+                              " the hub's limit per job")
+        if len(self._ranks) >= MAX_RANKS and not self._evict_oldest_gone(list(self._ranks.values())):
+            raise RankRefused(f"the hub already holds {MAX_RANKS} connected ranks, its limit")
+
+    def _evict_oldest_gone(self, streams: list[RankStream]) -> bool:
+        gone = [s for s in streams if not s.connected]
+        if not gone:
+            return False
+        oldest = min(gone, key=lambda s: s.gone_since_s or 0.0)
+        self._drop((oldest.job, oldest.run_id, oldest.rank))
+        return True
+
+    def _expire(self, now_s: float) -> None:
+        """Forget ranks and supervised jobs gone for longer than the retention (under the lock)."""
+        retention_s = self.rank_retention_s
+        expired = [key for key, s in self._ranks.items()
+                   if not s.connected and now_s - (s.gone_since_s or now_s) > retention_s]
+        for key in expired:
+            self._drop(key)
+        by_age = sorted(self._jobs, key=lambda job: self._jobs[job].get("last_seen_s", now_s))
+        over_limit = len(by_age) - MAX_JOBS
+        forgotten = [job for index, job in enumerate(by_age)
+                     if index < over_limit or now_s - self._jobs[job].get("last_seen_s", now_s) > retention_s]
+        for job in forgotten:
+            del self._jobs[job]
+            self._pending_plans.pop(job, None)
+        if expired or forgotten:
+            self._ranks_changed = True
+
+    def _stream(self, key: RankKey) -> RankStream | None:
+        """The rank this connection feeds, or None once the connection is closed or replaced."""
+        stream = self._ranks.get(key[:3])  # type: ignore[arg-type]
+        return stream if stream is not None and key[3] in stream.connections else None
 
     def agent_step(self, key: RankKey, step: dict[str, Any]) -> None:
+        rejected = step.pop("rejected", ())
         with self._lock:
-            stream = self._ranks.get(key)
+            stream = self._stream(key)
             if stream is None:
                 return
-            stream.steps.append(step)
             stream.last_seen_s = self._clock()
-            stream.connected = True
             self._ranks_changed = True
+            if rejected:
+                if not stream.rejected_values:  # one line per rank, not one per bad step
+                    log.warning("hub: rank %d of %s sent %s out of range: dropped (counted in rejected_values)",
+                                stream.rank, _job_name(stream.job, stream.run_id), ", ".join(rejected))
+                stream.rejected_values += len(rejected)
+            if step["step_time_s"] is None:
+                return  # a step time out of range: the step tells nothing
+            stream.steps.append(step)
 
     def agent_transport(self, key: RankKey, channels: list[dict[str, Any]]) -> None:
         with self._lock:
-            stream = self._ranks.get(key)
+            stream = self._stream(key)
             if stream is not None:
                 stream.transport = channels
                 self._ranks_changed = True
 
     def agent_gone(self, key: RankKey, pid: int | None = None) -> None:
+        """A connection closed; its rank shows gone once its process has no connection left."""
         with self._lock:
-            stream = self._ranks.get(key)
-            if stream is not None and (pid is None or stream.pid == pid):
+            stream = self._stream(key)
+            if stream is None:
+                return
+            stream.connections.discard(key[3])
+            if not stream.connections:
                 stream.connected = False
-                self._ranks_changed = True
+                stream.gone_since_s = self._clock()
+            self._ranks_changed = True
 
     def forget_rank(self, key: RankKey) -> None:
         with self._lock:
-            self._ranks.pop(key, None)
+            self._drop(key[:3])  # type: ignore[arg-type]
             self._ranks_changed = True
 
     def series(self, index: int, name: str) -> list[float | None]:

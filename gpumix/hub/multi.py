@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from gpumix.hub.ranks import mark_stragglers, run_summary
+from gpumix.hub.ranks import mark_stragglers, runs_summary
 from gpumix.tiers import tier_table
 
 
@@ -138,6 +138,7 @@ class MultiHubSource:
             budgets.append(last.get("power_budget_w"))
         ranks.sort(key=lambda r: (r.get("job") or "", r.get("rank") or 0, r["node"]))
         mark_stragglers(ranks)
+        run, runs = runs_summary(ranks)
         for gpu in gpus:  # the ranks on each GPU, as the merged list has them (connected ones)
             gpu["ranks"] = [r["rank"] for r in ranks if r["gpu_uuid"] == gpu["uuid"] and r["connected"]]
         self._gpu_routes, self._job_nodes = routes, job_nodes
@@ -146,7 +147,7 @@ class MultiHubSource:
             timestamp_s=max(last["timestamp_s"] for last in self._last if last is not None),
             nodes=[{"name": name, "address": self.addresses[i], "reachable": self.reachable[i],
                     "label": labels[i]} for i, name in enumerate(names)],
-            gpus=gpus, ranks=ranks, run=run_summary(ranks), p2p=p2p, jobs=jobs,
+            gpus=gpus, ranks=ranks, run=run, runs=runs, p2p=p2p, jobs=jobs,
             power_budget_w=sum(b for b in budgets if b is not None) if budgets and None not in budgets else None,
         )
         merged["tiers"] = tier_table(merged)

@@ -8,18 +8,60 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumix.protocol import ProtocolError, integer, number, text
+from gpumix.snapshot import job_label, ranks_by_job
 
 STEPS_KEPT = 120  # per rank, for medians and the loss sparkline
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter
 STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggler
 POINTS_KEPT = 8  # operating points of a rank's earlier processes (its splits before re-plans)
 POINT_MAX_AGE_S = 900.0  # an older point may be from another load on the GPU: the planner skips it
+LOSS_HISTORY_KEPT = 60  # loss values in a rank's summary (the sparkline)
 
-STEP_NUMBERS = (
-    "t", "step_time_s", "samples", "tokens", "loss", "lr", "data_wait_s", "forward_s", "backward_s",
-    "optimizer_s", "comm_s", "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes",
-    "micro_batch", "accumulation_steps", "cpu_pct", "rss_bytes", "dropped", "gradient_bytes",
-)
+# Bounds on what a hello and a transport report may hold (the snapshot carries them to every client).
+MAX_WORLD = 1 << 20  # ranks, world sizes, local ranks and channel ends are below this
+MAX_PID = 1 << 22  # Linux's pid_max ceiling
+MAX_NVML_INDEX = 1024
+JOB_CHARS = 128  # a job name or run id: identity, so a longer one is refused, not cut
+HOSTNAME_CHARS = 255
+GPU_UUID_CHARS = 128
+ENV_ENTRIES = 24  # NCCL_* variables of a rank; more are left out (first by name kept)
+ENV_NAME_CHARS = 64
+ENV_VALUE_CHARS = 128  # a longer value is cut
+VERSION_ENTRIES = 16
+VERSION_NAME_CHARS = 32
+VERSION_VALUE_CHARS = 64
+TRANSPORT_CHANNELS = 32  # unique (src, dst, transport) of a rank; more are left out
+TRANSPORT_CHARS = 32  # "SHM/direct/direct", "NET/Socket/0", ...: a longer one is refused
+
+# Physical ranges of step fields: a value outside is dropped (None) and counted, the step kept;
+# a step time outside drops the step. Finite but absurd numbers would otherwise reach every
+# derived figure (samples/s, shares, stragglers, /metrics).
+DAY_S = 86400.0
+MAX_BYTES = float(2**50)  # a petabyte: no GPU or host memory figure is larger
+STEP_TIME_RANGE_S = (1e-6, DAY_S)
+MAX_STEP_INDEX = 2**53  # exact in a float: every client reads it back as the same number
+STEP_RANGES: dict[str, tuple[float, float]] = {
+    "t": (0.0, 1e11),  # wall clock (s since 1970), up to the year 5138
+    "samples": (0.0, 1e9),
+    "tokens": (0.0, 1e9),
+    "loss": (-1e30, 1e30),
+    "lr": (0.0, 1e6),
+    "data_wait_s": (0.0, DAY_S),
+    "forward_s": (0.0, DAY_S),
+    "backward_s": (0.0, DAY_S),
+    "optimizer_s": (0.0, DAY_S),
+    "comm_s": (0.0, DAY_S),
+    "mem_allocated_bytes": (0.0, MAX_BYTES),
+    "mem_reserved_bytes": (0.0, MAX_BYTES),
+    "mem_peak_bytes": (0.0, MAX_BYTES),
+    "micro_batch": (0.0, 1e9),
+    "accumulation_steps": (0.0, 1e9),
+    "cpu_pct": (0.0, 100.0 * 4096),  # 100 % per logical CPU
+    "rss_bytes": (0.0, MAX_BYTES),
+    "dropped": (0.0, float(MAX_STEP_INDEX)),
+    "gradient_bytes": (0.0, MAX_BYTES),
+}
+STEP_NUMBERS = ("t", "step_time_s", *(name for name in STEP_RANGES if name != "t"))
 
 
 @dataclass
@@ -34,45 +76,86 @@ class RankStream:
     job: str | None
     env: dict[str, str]
     versions: dict[str, str]
+    run_id: str | None = None  # the launch this process belongs to (torchrun's run id, or its own)
+    peer_uid: int | None = None  # the connection's uid, when the socket tells (Unix sockets)
     connected: bool = True
     last_seen_s: float = 0.0
+    gone_since_s: float | None = None  # when its last connection closed: the retention counts from here
+    connections: set[int] = field(default_factory=set)  # serials of this process's open connections
+    rejected_values: int = 0  # step fields out of range (dropped), and steps dropped for their step time
     steps: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STEPS_KEPT))
     transport: list[dict[str, Any]] = field(default_factory=list)
     # what earlier processes of this rank measured at their splits, oldest first (operating_point)
     points: list[dict[str, Any]] = field(default_factory=list)
+    gone_summary: dict[str, Any] | None = None  # a gone rank's figures no longer change: computed once
+
+    @property
+    def group(self) -> str:
+        """The job this rank is compared within: its name, or for an unnamed script its run."""
+        return job_label(self.job, self.run_id)
+
+
+def _bounded_int(message: dict[str, Any], key: str, low: int, high: int) -> int | None:
+    """An optional integer field; None when absent or outside [low, high) (it is a label, not identity)."""
+    value = integer(message, key)
+    return value if value is not None and low <= value < high else None
+
+
+def _string_map(message: dict[str, Any], key: str, entries: int, name_chars: int,
+                value_chars: int) -> dict[str, str]:
+    """A map of short strings, cut to its bounds: the first `entries` names in order, long values cut."""
+    table = message.get(key)
+    if table is None:
+        return {}
+    if not isinstance(table, dict) or len(table) > 4096 or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in table.items()
+    ):
+        raise ProtocolError(f"'{key}' must map names to strings")
+    kept = sorted((k, v) for k, v in table.items() if 0 < len(k) <= name_chars)[:entries]
+    return {k: v[:value_chars] for k, v in kept}
 
 
 def parse_hello(message: dict[str, Any]) -> dict[str, Any]:
     rank = integer(message, "rank", required=True)
-    if rank < 0:
-        raise ProtocolError("'rank' must be >= 0")
-    env = message.get("env") or {}
-    versions = message.get("versions") or {}
-    for name, table in (("env", env), ("versions", versions)):
-        if not isinstance(table, dict) or len(table) > 64 or not all(
-            isinstance(k, str) and isinstance(v, str) and len(v) < 512 for k, v in table.items()
-        ):
-            raise ProtocolError(f"'{name}' must map at most 64 names to strings")
+    if not 0 <= rank < MAX_WORLD:
+        raise ProtocolError(f"'rank' must be >= 0 and below {MAX_WORLD}")
+    hostname = text(message, "hostname", HOSTNAME_CHARS)
     return {
         "rank": rank,
-        "world_size": integer(message, "world_size"),
-        "local_rank": integer(message, "local_rank"),
-        "pid": integer(message, "pid"),
-        "hostname": text(message, "hostname"),
-        "gpu_uuid": text(message, "gpu_uuid"),
-        "nvml_index": integer(message, "nvml_index"),
-        "job": text(message, "job"),
-        "env": env,
-        "versions": versions,
+        "world_size": _bounded_int(message, "world_size", 1, MAX_WORLD + 1),
+        "local_rank": _bounded_int(message, "local_rank", 0, MAX_WORLD),
+        "pid": _bounded_int(message, "pid", 1, MAX_PID + 1),
+        "hostname": hostname,
+        "gpu_uuid": text(message, "gpu_uuid", GPU_UUID_CHARS),
+        "nvml_index": _bounded_int(message, "nvml_index", 0, MAX_NVML_INDEX),
+        "job": text(message, "job", JOB_CHARS),
+        "run_id": text(message, "run_id", JOB_CHARS),
+        "env": _string_map(message, "env", ENV_ENTRIES, ENV_NAME_CHARS, ENV_VALUE_CHARS),
+        "versions": _string_map(message, "versions", VERSION_ENTRIES, VERSION_NAME_CHARS, VERSION_VALUE_CHARS),
     }
 
 
 def parse_step(message: dict[str, Any]) -> dict[str, Any]:
-    step = {"step": integer(message, "step", required=True)}
-    for key in STEP_NUMBERS:
-        step[key] = number(message, key)
-    if step["step_time_s"] is None or step["step_time_s"] < 0:
-        raise ProtocolError("'step_time_s' must be a number >= 0")
+    """A step's fields, each finite and within its physical range. A field outside is set to None
+    and named in step["rejected"]; a step time outside sets step_time_s None: the hub drops that step.
+    A missing or mistyped field is a protocol error."""
+    step_index = integer(message, "step", required=True)
+    step_time_s = number(message, "step_time_s", required=True)
+    rejected = []
+    step: dict[str, Any] = {"step": step_index, "step_time_s": step_time_s}
+    if not 0 <= step_index <= MAX_STEP_INDEX:
+        rejected.append("step")
+        step["step_time_s"] = None  # a step that cannot be placed is dropped whole
+    if not STEP_TIME_RANGE_S[0] <= step_time_s <= STEP_TIME_RANGE_S[1]:
+        rejected.append("step_time_s")
+        step["step_time_s"] = None
+    for key, (low, high) in STEP_RANGES.items():
+        value = number(message, key)
+        if value is not None and not low <= value <= high:
+            rejected.append(key)
+            value = None
+        step[key] = value
+    step["rejected"] = rejected
     return step
 
 
@@ -80,13 +163,17 @@ def parse_transport(message: dict[str, Any]) -> list[dict[str, Any]]:
     channels = message.get("channels")
     if not isinstance(channels, list) or len(channels) > 4096:
         raise ProtocolError("'channels' must be a list of at most 4096 entries")
-    parsed = []
+    kept: dict[tuple[int, int, str | None], None] = {}
     for channel in channels:
         if not isinstance(channel, dict):
             raise ProtocolError("each channel must be an object")
-        parsed.append({"src": integer(channel, "src", True), "dst": integer(channel, "dst", True),
-                       "transport": text(channel, "transport", 64)})
-    return parsed
+        src, dst = integer(channel, "src", True), integer(channel, "dst", True)
+        transport = text(channel, "transport", TRANSPORT_CHARS)
+        if not (0 <= src < MAX_WORLD and 0 <= dst < MAX_WORLD):
+            raise ProtocolError(f"a channel's 'src' and 'dst' must be ranks (0 to {MAX_WORLD - 1})")
+        if len(kept) < TRANSPORT_CHANNELS:
+            kept[(src, dst, transport)] = None
+    return [{"src": src, "dst": dst, "transport": transport} for src, dst, transport in kept]
 
 
 def _median(values: list[float]) -> float | None:
@@ -113,6 +200,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "pid": stream.pid,
         "hostname": stream.hostname,
         "job": stream.job,
+        "run_id": stream.run_id,
         "gpu_uuid": stream.gpu_uuid,
         "connected": stream.connected,
         "last_seen_s": stream.last_seen_s,
@@ -129,7 +217,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "backward_s": _median([s["backward_s"] for s in recent if s["backward_s"] is not None]),
         "optimizer_s": _median([s["optimizer_s"] for s in recent if s["optimizer_s"] is not None]),
         "loss": last.get("loss"),
-        "loss_history": [s["loss"] for s in stream.steps if s["loss"] is not None][-60:],
+        "loss_history": [s["loss"] for s in stream.steps if s["loss"] is not None][-LOSS_HISTORY_KEPT:],
         "lr": last.get("lr"),
         "mem_peak_bytes": last.get("mem_peak_bytes"),
         "mem_allocated_bytes": last.get("mem_allocated_bytes"),
@@ -140,6 +228,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "cpu_pct": last.get("cpu_pct"),
         "rss_bytes": last.get("rss_bytes"),
         "dropped": last.get("dropped"),
+        "rejected_values": stream.rejected_values,
         "env": stream.env,
         "versions": stream.versions,
         "transport": stream.transport,
@@ -177,23 +266,51 @@ def points_view(stream: RankStream, now_s: float) -> list[dict[str, Any]]:
 
 
 def mark_stragglers(ranks: list[dict[str, Any]]) -> None:
-    """A rank whose compute time is well above the median makes every other rank wait."""
-    computes = [r["compute_s"] for r in ranks if r["compute_s"] is not None and r["connected"]]
-    if len(computes) < 2:
-        return
-    median = statistics.median(computes)
-    for rank in ranks:
-        rank["straggler"] = bool(rank["compute_s"] is not None and median > 0 and rank["compute_s"] > STRAGGLER_RATIO * median)
+    """A rank whose compute time is well above its job's median makes every other rank of the job wait."""
+    for members in ranks_by_job(ranks).values():
+        computes = [r["compute_s"] for r in members if r["compute_s"] is not None and r["connected"]]
+        median = statistics.median(computes) if len(computes) >= 2 else None
+        for rank in members:
+            rank["straggler"] = bool(median and rank["connected"] and rank["compute_s"] is not None
+                                     and rank["compute_s"] > STRAGGLER_RATIO * median)
 
 
 def run_summary(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One job's pace: the ranks given are of one job (see runs_summary)."""
     live = [r for r in ranks if r["connected"] and r["step_time_s"]]
     if not live:
         return None
     rates = [r["samples_per_s"] for r in live if r["samples_per_s"] is not None]
     return {
+        "job": live[0].get("job"),
+        "run_id": live[0].get("run_id") if live[0].get("job") is None else None,
         "ranks": len(live),
         "step_time_s": max(r["step_time_s"] for r in live),  # the job moves at its slowest rank
         "samples_per_s": sum(rates) if rates else None,
         "stragglers": [r["rank"] for r in live if r["straggler"]],
     }
+
+
+def runs_summary(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """(the run shown first: the job with most live ranks, ties by name; every job's run by name)."""
+    runs = {}
+    for label, members in sorted(ranks_by_job(ranks).items()):
+        summary = run_summary(members)
+        if summary is not None:
+            runs[label] = summary
+    shown = min(runs.items(), key=lambda item: (-item[1]["ranks"], item[0]), default=None)
+    return (shown[1] if shown else None), runs
+
+
+def bound_detail(ranks: list[dict[str, Any]], detail_ranks: int) -> None:
+    """Keep the snapshot's size bounded whatever connects: a gone rank keeps its figures, loss history
+    and points (their ages as when it went) but not its env, versions or transport; past the first
+    `detail_ranks` ranks (live first, in order) ranks keep their figures only, flagged `detail_dropped`."""
+    left = detail_ranks
+    for rank in sorted(ranks, key=lambda r: not r["connected"]):  # stable: live first, in order
+        if not rank["connected"]:
+            rank.update(env={}, versions={}, transport=[])
+        rank["detail_dropped"] = left <= 0
+        if left <= 0:
+            rank.update(env={}, versions={}, transport=[], points=[], loss_history=[])
+        left -= 1
