@@ -127,6 +127,7 @@ class HubClient:
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             for attempt in (1, 2):  # one reconnect: the hub may have restarted, or closed an idle connection
+                connecting = self._sock is None
                 try:
                     if self._sock is None:
                         self._sock = self._connect()
@@ -139,8 +140,9 @@ class HubClient:
                 except (OSError, ConnectionError, protocol.ProtocolError) as error:
                     self.close()
                     self.last_error = describe_failure(self.socket_path, error)
-                    final = isinstance(error, HubRefused | HubSpeaksTls | auth.TokenError | ssl.SSLError
-                                       | protocol.ProtocolError)
+                    # said for good: a refusal, the wrong transport, a bad token or certificate, nonsense
+                    final = isinstance(error, HubRefused | HubSpeaksTls | auth.TokenError | protocol.ProtocolError) \
+                        or (connecting and isinstance(error, ssl.SSLError))
                     if attempt == 2 or final or _refused_at_once(error):
                         raise
         raise AssertionError("unreachable")

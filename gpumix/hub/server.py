@@ -82,7 +82,11 @@ class Silent(ProtocolError):
 
 
 async def read_within(reader: asyncio.StreamReader, allowed: set[str], timeout_s: float, why: str) -> dict[str, Any]:
+    """The next message, or Silent(why) after timeout_s."""
     try:
+        if hasattr(asyncio, "timeout"):  # 3.11: no task per message (wait_for makes one)
+            async with asyncio.timeout(timeout_s):
+                return await read_message(reader, allowed)
         return await asyncio.wait_for(read_message(reader, allowed), timeout_s)
     except asyncio.TimeoutError:
         raise Silent(why) from None
@@ -292,6 +296,8 @@ class HubServer:
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """asyncio's own complaints (an accept out of descriptors, a transport error): one rate-limited line."""
         error = context.get("exception")
+        if isinstance(error, asyncio.CancelledError):
+            return  # connections cancelled at shutdown
         self.log_limiter.warning(f"hub: {context.get('message')}" + (f": {error!r}" if error is not None else ""))
 
     async def _listen(self) -> None:
