@@ -160,6 +160,7 @@ class Peer:
     uid: int | None = None  # SO_PEERCRED, Unix only
     gid: int | None = None
     waiting_for_hello: bool = True  # counted against MAX_UNAUTHENTICATED_TCP while True
+    hello_by: float | None = None  # loop time by which the hello must have come (TCP: from the accept)
 
     def label(self) -> str:
         return self.tcp_label if self.over_tcp and self.tcp_label else auth.uid_label(self.uid)
@@ -367,8 +368,8 @@ class HubServer:
             loop.create_task(self._serve_tcp(conn, address))
 
     async def _serve_tcp(self, conn: socket.socket, address: Any) -> None:
-        peer = Peer(over_tcp=True, tcp_label=auth.tcp_peer_label(address))
         loop = asyncio.get_running_loop()
+        peer = Peer(over_tcp=True, tcp_label=auth.tcp_peer_label(address), hello_by=loop.time() + self.hello_timeout_s)
         try:
             reader = asyncio.StreamReader(loop=loop)
             stream = asyncio.StreamReaderProtocol(reader, loop=loop)
@@ -407,8 +408,10 @@ class HubServer:
                 refusal = await self._unix_refusal(peer)
                 if refusal is not None:
                     raise ProtocolError(refusal)
-            hello = await read_within(reader, protocol.AGENT_TYPES | protocol.CLIENT_TYPES, self.hello_timeout_s,
-                                      f"no hello within {self.hello_timeout_s:g} s")
+            loop = asyncio.get_running_loop()
+            hello_by = peer.hello_by if peer.hello_by is not None else loop.time() + self.hello_timeout_s
+            hello = await read_within(reader, protocol.AGENT_TYPES | protocol.CLIENT_TYPES,
+                                      max(0.0, hello_by - loop.time()), f"no hello within {self.hello_timeout_s:g} s")
             if hello["type"] != "hello" or hello.get("role") not in protocol.ROLES:
                 raise ProtocolError("the first message must be a hello with a role")
             if peer.over_tcp:
