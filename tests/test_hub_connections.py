@@ -4,6 +4,7 @@ that a peer's garbage cannot flood."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -155,6 +156,32 @@ def test_connections_without_a_token_are_capped(demo_hardware: Any, folder: str)
         assert server.tcp_waiting == 0 and server.tcp_open == 1  # a client past its hello no longer counts
         client.close()
         local.close()
+    finally:
+        server.stop()
+
+
+def test_out_of_descriptors_on_accept_only_delays_tcp(demo_hardware: Any, folder: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    server = start_server(demo_hardware, folder)
+    loop = server._loop
+    real_accept = loop.sock_accept
+    failures = [0]
+
+    async def accept_out_of_descriptors(sock: socket.socket) -> Any:
+        if failures[0] < 3:  # the first three accepts find the process out of descriptors
+            failures[0] += 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return await real_accept(sock)
+
+    loop.sock_accept = accept_out_of_descriptors  # type: ignore[method-assign]
+    caplog.set_level(logging.WARNING, logger="gpumix.hub.server")
+    try:
+        with tcp_connection(server):  # wakes the accept loop, which is waiting in the real accept
+            client = HubClient(f"tcp://127.0.0.1:{server.tcp_port}", timeout_s=3, token=TOKEN)
+            assert wait_until(lambda: client.snapshot() is not None), client.last_error
+            client.close()
+        assert failures[0] == 3
+        assert any("cannot accept a TCP connection: Too many open files" in r.getMessage() for r in caplog.records)
     finally:
         server.stop()
 
