@@ -39,7 +39,13 @@ from gpumix.cli_recording import (
     start_prometheus,
     start_recording,
 )
-from gpumix.cli_remote import add_tcp_flags, tcp_settings, unix_socket_path
+from gpumix.cli_remote import (
+    access_settings,
+    add_access_flags,
+    add_tcp_flags,
+    tcp_settings,
+    unix_socket_path,
+)
 from gpumix.hw.open import Hardware, open_hardware
 from gpumix.hw.types import NoDriverError
 from gpumix.paths import default_hub_address
@@ -123,6 +129,7 @@ def add_hub_parser(commands: Any) -> None:
     hub.add_argument("--power-budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
                      help="the machine's GPU power budget")
     add_tcp_flags(hub)
+    add_access_flags(hub)
     add_record_flags(hub)
     add_prometheus_flags(hub)
 
@@ -253,6 +260,7 @@ def run_hub(args: argparse.Namespace) -> int:
     metrics_address = check_prometheus(PROG, args)
     resolve_record_flags(PROG, args)
     tcp, token, tls = tcp_settings(PROG, args)
+    access = access_settings(PROG, args)
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except (NoDriverError, RigError) as error:
@@ -262,7 +270,8 @@ def run_hub(args: argparse.Namespace) -> int:
     try:
         socket_path = args.socket or unix_socket_path(default_hub_address())
         node = start_node(hardware, socket_path, interval_s=args.interval,
-                          history_s=args.history_minutes * 60, demo=args.demo, tcp=tcp, token=token, tls=tls)
+                          history_s=args.history_minutes * 60, demo=args.demo, tcp=tcp, token=token, tls=tls,
+                          access=access)
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub: {error}")
     recorder = metrics = None
@@ -275,9 +284,8 @@ def run_hub(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signal_number, lambda *_: stop.set())
-    if node.server is not None and node.server.tcp_port is not None and tcp is not None:
-        scheme = "tls" if tls is not None else "tcp"  # what a client must type to reach it
-        socket_path = f"{socket_path} and {scheme}://{tcp[0]}:{node.server.tcp_port}"
+    if node.server is not None and node.server.tcp_url is not None:  # tls:// for a TLS hub
+        socket_path = f"{socket_path} and {node.server.tcp_url}"
     print(f"gpumix hub: listening on {socket_path} ({hardware.source}, {len(hardware.backend.gpus())} GPUs);"
           " attach with gpumix-top, stop with Ctrl+C", flush=True)
     try:

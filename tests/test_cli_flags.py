@@ -243,3 +243,44 @@ def test_deepspeed_config_that_is_not_an_object_or_cannot_be_written(tmp_path: P
     base.write_text("{}")
     line = one_line_error(run([*TOOL, "plan", "--demo", "--deepspeed-config", str(base), "--out", "/dev/null/x"]))
     assert "cannot write the DeepSpeed configs" in line
+
+
+def _start_hub(args: list[str], folder: Path) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(folder), "XDG_RUNTIME_DIR": str(folder)}
+    hub = subprocess.Popen([*TOOL, "hub", "--sim", "mixed-10", *args], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env)
+    return hub, hub.stdout.readline()
+
+
+def test_hub_banner_names_the_scheme_a_tls_client_needs(tmp_path: Path) -> None:
+    from tests.test_remote_tls import make_certificate
+
+    cert, key = make_certificate(tmp_path, "hub")
+    hub, banner = _start_hub(["--socket", str(tmp_path / "h.sock"), "--tcp", "127.0.0.1:0",
+                              "--tls-cert", str(cert), "--tls-key", str(key)], tmp_path)
+    try:
+        assert "tls://127.0.0.1:" in banner and "tcp://" not in banner, banner
+    finally:
+        hub.terminate()
+        hub.wait(30)
+
+
+def test_hub_allow_group_opens_the_socket_to_that_group(tmp_path: Path) -> None:
+    import shutil
+    import stat
+    import tempfile
+
+    reachable = Path(tempfile.mkdtemp(prefix="gpumix-allow-", dir="/tmp"))  # pytest's tmp_path is 0700 above
+    reachable.chmod(0o755)
+    socket_path = reachable / "run" / "hub.sock"
+    hub, banner = _start_hub(["--socket", str(socket_path), "--allow-group", str(os.getgid())], tmp_path)
+    try:
+        assert "listening on" in banner, hub.stderr.read() if hub.poll() is not None else banner
+        mode = os.stat(socket_path)
+        assert stat.S_IMODE(mode.st_mode) == 0o660 and mode.st_gid == os.getgid()
+    finally:
+        hub.terminate()
+        hub.wait(30)
+        shutil.rmtree(reachable, ignore_errors=True)
+    line = one_line_error(run([*TOOL, "hub", "--sim", "mixed-10", "--allow-group", "0"]))
+    assert "--socket" in line
