@@ -2,13 +2,15 @@
 
 Cheap by construction: a step costs two perf_counter() calls, a small
 object and a deque append on the training thread. Values that would need a
-GPU synchronisation now (the loss tensor, CUDA-event timings of the
-all-reduce) are read one step later, when the GPU has long finished them:
-each step's record is sent when the next step ends.
+GPU synchronisation now (a loss or any value given as a CUDA tensor, CUDA-event
+timings of the all-reduce) are read later, once the GPU has computed them:
+each step's record is sent when the next step ends, or up to
+MAX_DEFERRED_STEPS later while its CUDA values are not computed yet.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -20,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from gpumix.agent import launcher_env
-from gpumix.agent.lazy import PinnedPool
+from gpumix.agent.lazy import LazyScalar, PinnedPool
 from gpumix.agent.restart import RestartControl
 from gpumix.agent.sender import Sender
 from gpumix.agent.values import Coerced, NotANumber, coerce, read
@@ -30,6 +32,10 @@ log = logging.getLogger("gpumix.agent")
 RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often
 # A step's fields that take a number from the script (a Python number, numpy scalar or tensor).
 RECORD_NUMBERS = ("samples", "tokens", "loss", "lr", "forward_s", "backward_s", "optimizer_s", "comm_s")
+# A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
+# to this many steps, then goes without them: its record is never read with a synchronisation.
+# Within the DeepSpeed probe's 8 kept steps; the pinned ring holds (MAX + 2) * 8 values.
+MAX_DEFERRED_STEPS = 6
 
 # (step index) -> seconds of communication in that step, or None if not known (yet)
 CommProbe = Callable[[int], "float | None"]
@@ -38,7 +44,7 @@ CommProbe = Callable[[int], "float | None"]
 class StepRecord:
     """What `with agent.step(...) as step:` hands out: set loss, lr, tokens, phase times on it.
 
-    The script may set numbers, numpy scalars or tensors (a CUDA tensor is read one step later,
+    The script may set numbers, numpy scalars or tensors (a CUDA tensor is read once computed,
     no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py)."""
 
     def __init__(self, index: int, samples: Any, tokens: Any) -> None:
@@ -87,7 +93,9 @@ class Agent:
         self.phase_probes: list[Callable[[], dict[str, float | None]]] = []  # forward_s, backward_s, ...
         self.steps = 0
         self._last_end_s: float | None = None
-        self._pending: StepRecord | None = None  # sent when the next step ends
+        # ended steps not sent yet, oldest first: each waits for the next step (annotate_last)
+        # and for its CUDA values, at most MAX_DEFERRED_STEPS steps
+        self._pending: collections.deque[StepRecord] = collections.deque()
         self._cuda = self._uses_cuda()
         self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
@@ -208,9 +216,10 @@ class Agent:
         for name in RECORD_NUMBERS:  # a tensor loss is replaced: the graph is not kept alive
             setattr(record, name, self._number(name, getattr(record, name), self._pinned))
         self.steps = record.index + 1
-        previous, self._pending = self._pending, record
-        if previous is not None:
-            self.sender.put(self._message(previous))
+        pending = self._pending
+        pending.append(record)
+        while len(pending) > 1 and (len(pending) > MAX_DEFERRED_STEPS + 1 or _computed(pending[0])):
+            self.sender.put(self._message(pending.popleft()))
 
     # -- supervised restarts (gpumix run) --------------------------------------------
 
@@ -233,9 +242,9 @@ class Agent:
 
     def annotate_last(self, **values: Any) -> None:
         """Set loss, lr, ... on the step that just ended (for frameworks that log after the step)."""
-        record = self._pending
-        if record is None:
+        if not self._pending:
             return
+        record = self._pending[-1]
         for name, value in values.items():
             if name in RECORD_NUMBERS:
                 setattr(record, name, self._number(name, value, self._pinned))
@@ -250,8 +259,9 @@ class Agent:
                 total = (total or 0.0) + value
         return total
 
-    def _message(self, record: StepRecord) -> dict[str, Any]:
-        comm = read(record.comm_s)
+    def _message(self, record: StepRecord, wait: bool = False) -> dict[str, Any]:
+        """The step's record for the hub. wait: CUDA values are waited for (at close only)."""
+        comm = read(record.comm_s, wait)
         if comm is None:
             comm = read(self._number("comm_s", self._comm_seconds(record.index)))
         for probe in self.phase_probes:  # the framework's own split, where the script set none
@@ -260,9 +270,10 @@ class Agent:
                     setattr(record, name, self._number(name, value))
         message: dict[str, Any] = {
             "type": "step", "step": record.index, "t": time.time(), "step_time_s": record.step_time_s,
-            "samples": read(record.samples), "tokens": read(record.tokens), "loss": read(record.loss),
-            "lr": read(record.lr), "data_wait_s": record.data_wait_s, "forward_s": read(record.forward_s),
-            "backward_s": read(record.backward_s), "optimizer_s": read(record.optimizer_s), "comm_s": comm,
+            "samples": read(record.samples, wait), "tokens": read(record.tokens, wait),
+            "loss": read(record.loss, wait), "lr": read(record.lr, wait), "data_wait_s": record.data_wait_s,
+            "forward_s": read(record.forward_s, wait), "backward_s": read(record.backward_s, wait),
+            "optimizer_s": read(record.optimizer_s, wait), "comm_s": comm,
             "micro_batch": self.micro_batch, "accumulation_steps": self.accumulation_steps,
             "dropped": self.sender.dropped, "gradient_bytes": self.gradient_bytes,
         }
@@ -302,14 +313,19 @@ class Agent:
         return self._resources
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Send the last step and what is queued, then stop the sender."""
+        """Send the last steps and what is queued, then stop the sender."""
         try:
-            if self._pending is not None:
-                self.sender.put(self._message(self._pending))
-                self._pending = None
+            while self._pending:  # training is over: waiting for the GPU costs nothing now
+                self.sender.put(self._message(self._pending.popleft(), wait=True))
         except Exception:
             pass
         self.sender.close(timeout_s)
+
+
+def _computed(record: StepRecord) -> bool:
+    """Every CUDA value of the step is computed (a cheap event query each, no sync)."""
+    return all(value.ready() for name in RECORD_NUMBERS
+               if isinstance(value := getattr(record, name), LazyScalar))
 
 
 def _load_plan() -> RunPlan | None:

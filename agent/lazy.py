@@ -39,10 +39,17 @@ class LazyScalar:
         self._event = torch.cuda.Event()
         self._event.record()
 
-    def read(self) -> float | None:
+    def ready(self) -> bool:
+        """The value can be read without waiting."""
+        return self._event is None or bool(self._event.query())
+
+    def read(self, wait: bool = False) -> float | None:
+        """The value; None if the GPU has not computed it yet (unless wait: then wait for it)."""
         if self._value is not None or self._event is None:
             return self._value
-        if not self._event.query():
+        if wait:
+            self._event.synchronize()
+        elif not self._event.query():
             return None  # not done yet: skip rather than synchronise
         return float(self._host)
 
@@ -50,10 +57,11 @@ class LazyScalar:
 class PinnedPool:
     """A ring of pinned one-element host buffers: allocating pinned memory per step costs.
 
-    A buffer is reused `size` takes later. Up to eight fields of a step may be CUDA tensors and
-    each is read when the next step ends, so two steps' worth must be in flight at once."""
+    A buffer is reused `size` takes later. Up to eight fields of a step may be CUDA tensors, and
+    a step's record waits up to MAX_DEFERRED_STEPS (agent/core.py) for them: (6 + 2) * 8 = 64
+    buffers may be in use; twice that is the ring."""
 
-    def __init__(self, size: int = 32) -> None:
+    def __init__(self, size: int = 128) -> None:
         self._buffers: list[Any] = []
         self._size = size
         self._next = 0

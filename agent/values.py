@@ -4,7 +4,7 @@ Scripts hand over what they have: Python numbers, numpy scalars (`np.int64(64)`)
 one-element arrays and tensors (`torch.tensor(1000)`, a loss or a learning rate on the GPU).
 JSON carries only the first, and the hub refuses a step with anything else in a number field,
 so each value is coerced here, on the training thread and cheaply: Python numbers as they are,
-numpy and CPU tensors by `.item()`, CUDA tensors copied asynchronously and read a step later
+numpy and CPU tensors by `.item()`, CUDA tensors copied asynchronously and read once computed
 (LazyScalar: no synchronisation now). A value that is no number (a string, a list, a tensor of
 several elements) raises NotANumber; the agent leaves that field out and warns once.
 """
@@ -55,7 +55,7 @@ def _tensor(value: Any, torch: Any, pinned: PinnedPool | None, average: bool) ->
     if value.numel() != 1 and not average:
         raise NotANumber(f"a tensor of {value.numel()} elements")
     if value.device.type == "cuda" and pinned is not None:
-        return LazyScalar(value, pinned)  # read one step later: .item() now would wait for the GPU
+        return LazyScalar(value, pinned)  # read once computed: .item() now would wait for the GPU
     if value.numel() != 1:
         return float(value.detach().float().mean())
     return _plain(value.item(), "tensor")
@@ -67,6 +67,6 @@ def _plain(item: Any, what: str) -> int | float:
     return item
 
 
-def read(value: Coerced) -> int | float | None:
-    """The number now (a LazyScalar whose copy has not finished yet reads None)."""
-    return value.read() if isinstance(value, LazyScalar) else value
+def read(value: Coerced, wait: bool = False) -> int | float | None:
+    """The number now (a LazyScalar whose copy has not finished yet reads None, unless wait)."""
+    return value.read(wait) if isinstance(value, LazyScalar) else value

@@ -100,3 +100,48 @@ def test_numpy_and_torch_scalars_become_plain_numbers() -> None:
                   torch.tensor([1.0, 2.0]), torch.zeros(0), np.array("x")):
         with pytest.raises(NotANumber):
             coerce(value, None)
+
+
+class _GpuEvent:
+    """A CUDA event's query() without a GPU (none here): done when the test says so."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+
+def _gpu_value(value: float, event: _GpuEvent) -> LazyScalar:
+    lazy = LazyScalar(None, None)
+    lazy._host, lazy._event = value, event  # as if copied from the GPU to pinned memory
+    return lazy
+
+
+def test_a_step_waits_for_its_gpu_values_in_order_and_never_too_long() -> None:
+    from gpumix.agent.core import MAX_DEFERRED_STEPS, Agent
+
+    agent = Agent("/nonexistent/gpumix-hub.sock", job="t")
+    try:
+        event = _GpuEvent()
+        with agent.step(samples=8):
+            pass
+        agent._pending[-1].loss = _gpu_value(2.5, event)  # step 0's loss, still being computed
+        for _ in range(3):
+            with agent.step(samples=8):
+                pass
+        assert agent.sender.queued == 0  # step 0 waits, and the later steps wait behind it
+        event.done = True
+        with agent.step(samples=8):
+            pass
+        sent = list(agent.sender._queue)
+        assert [m["step"] for m in sent] == [0, 1, 2, 3] and sent[0]["loss"] == 2.5
+        late = _GpuEvent()  # never computed: sent without it after MAX_DEFERRED_STEPS steps
+        agent._pending[-1].loss = _gpu_value(9.0, late)
+        for _ in range(MAX_DEFERRED_STEPS + 1):
+            with agent.step(samples=8):
+                pass
+        late_step = [m for m in agent.sender._queue if m["step"] == 4]
+        assert late_step and "loss" not in late_step[0] and late_step[0]["samples"] == 8
+    finally:
+        agent.close(0.1)
