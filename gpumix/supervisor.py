@@ -226,15 +226,16 @@ class Supervisor:
         self._log_plan(request, f"restarted from step {self.resume_step}" if restarted else self.message)
 
     def _log_plan(self, request: dict[str, Any], outcome: str) -> None:
-        self.plan_log.append({"plan_id": str(request.get("plan_id") or "")[:64], "outcome": outcome[:160]})
+        self.plan_log.append({"plan_id": _bounded(request.get("plan_id") or "", 32),
+                              "outcome": _bounded(outcome, 120)})
 
     def _report(self, accepts_plan: bool = False) -> None:
         """Tell the hub where we are. `accepts_plan`: a restart could start now, so the hub hands
         over the next waiting plan; one handed over anyway is kept for later, never dropped."""
         if self.client is None:
             return
-        status = {"state": self.state, "message": self.message[:300], "restarts": self.restarts,
-                  "plan_id": (self.plan.plan_id or "")[:64] if self.plan else None, "resume_step": self.resume_step,
+        status = {"state": self.state, "message": _bounded(self.message, 300), "restarts": self.restarts,
+                  "plan_id": _bounded(self.plan.plan_id, 32) if self.plan else None, "resume_step": self.resume_step,
                   "pid": os.getpid(), "granularity": self.granularity, "accepts_plan": accepts_plan,
                   "plans": list(self.plan_log)}
         reply = self.client.control({"type": "supervisor", "job": self.job, "status": status})
@@ -343,3 +344,9 @@ class Supervisor:
             time.sleep(POLL_S / 5)
         self._end_leftovers()
         self.process.wait()
+
+
+def _bounded(text: object, limit: int) -> str:
+    """Text for the status, ASCII (escapes for the rest) and at most `limit` characters: the hub
+    takes a status of at most 4 KiB of JSON, where a non-ASCII character could take six."""
+    return str(text).encode("ascii", "backslashreplace").decode()[:limit]

@@ -150,3 +150,37 @@ def test_a_silent_supervisor_is_marked_lost_and_its_waiting_plans_dropped(demo_h
     clock.advance(SUPERVISOR_TIMEOUT_S + 1)
     hub.tick()
     assert hub.snapshot()["jobs"]["llm"]["state"] == "exited"  # it said goodbye: not lost
+
+
+# A torchrun worker that will not stop: ignores SIGTERM (torchrun's own way of ending it), and
+# writes its pid to FOLDER/worker-RANK. torchrun starts each worker in a session of its own.
+TORCHRUN_WORKER = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+folder = sys.argv[1]
+with open(os.path.join(folder, "w.tmp" + os.environ["RANK"]), "w") as out:
+    out.write(str(os.getpid()))
+os.replace(os.path.join(folder, "w.tmp" + os.environ["RANK"]), os.path.join(folder, "worker-" + os.environ["RANK"]))
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_and_its_workers_die_with_a_killed_supervisor(tmp_path: Path, job_pids: list[int]) -> None:
+    worker = tmp_path / "worker.py"
+    worker.write_text(TORCHRUN_WORKER)
+    job = (f"import os, sys; os.execv(sys.executable, [sys.executable, '-m', 'torch.distributed.run', '--standalone',"
+           f" '--nproc_per_node=2', {str(worker)!r}, {str(tmp_path)!r}])")
+    supervisor = subprocess.Popen([sys.executable, "-c", SUPERVISOR, "", str(tmp_path), str(tmp_path / "control"), job],
+                                  cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    job_pids.append(supervisor.pid)
+    assert wait_until(lambda: all((tmp_path / f"worker-{rank}").exists() for rank in (0, 1)), timeout_s=120)
+    workers = [int((tmp_path / f"worker-{rank}").read_text()) for rank in (0, 1)]
+    with open(f"/proc/{workers[0]}/stat", "rb") as stat:
+        torchrun = int(stat.read().rsplit(b")", 1)[1].split()[1])  # the workers' parent
+    pids = [torchrun, *workers]
+    job_pids.extend(pids)
+    assert all(alive(pid) for pid in pids) and os.getsid(workers[0]) != os.getsid(torchrun)
+    supervisor.kill()
+    supervisor.wait(10)
+    assert wait_until(lambda: not any(alive(pid) for pid in pids), timeout_s=60), [pid for pid in pids if alive(pid)]
