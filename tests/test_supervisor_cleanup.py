@@ -146,6 +146,9 @@ def test_a_silent_supervisor_is_marked_lost_and_its_waiting_plans_dropped(demo_h
     assert status["state"] == jobs.LOST and "pid 4242" in status["message"]
     assert "1 waiting re-plan(s) dropped" in status["message"] and status["queued_plans"] == 0
     assert not hub.request_restart("llm", plan)["ok"]  # nobody to take it
+    clock.advance(hub.rank_retention_s)
+    hub.tick()
+    assert "llm" not in hub.snapshot()["jobs"]  # a lost job ages out of the live view
     hub.supervisor_poll("llm", {"state": "exited", "pid": 4242, "message": "the job exited with code 0"})
     clock.advance(SUPERVISOR_TIMEOUT_S + 1)
     hub.tick()
