@@ -61,7 +61,6 @@ STEP_RANGES: dict[str, tuple[float, float]] = {
     "dropped": (0.0, float(MAX_STEP_INDEX)),
     "gradient_bytes": (0.0, MAX_BYTES),
 }
-STEP_NUMBERS = ("t", "step_time_s", *(name for name in STEP_RANGES if name != "t"))
 
 
 @dataclass
@@ -119,13 +118,12 @@ def parse_hello(message: dict[str, Any]) -> dict[str, Any]:
     rank = integer(message, "rank", required=True)
     if not 0 <= rank < MAX_WORLD:
         raise ProtocolError(f"'rank' must be >= 0 and below {MAX_WORLD}")
-    hostname = text(message, "hostname", HOSTNAME_CHARS)
     return {
         "rank": rank,
         "world_size": _bounded_int(message, "world_size", 1, MAX_WORLD + 1),
         "local_rank": _bounded_int(message, "local_rank", 0, MAX_WORLD),
         "pid": _bounded_int(message, "pid", 1, MAX_PID + 1),
-        "hostname": hostname,
+        "hostname": text(message, "hostname", HOSTNAME_CHARS),
         "gpu_uuid": text(message, "gpu_uuid", GPU_UUID_CHARS),
         "nvml_index": _bounded_int(message, "nvml_index", 0, MAX_NVML_INDEX),
         "job": text(message, "job", JOB_CHARS),
