@@ -14,12 +14,14 @@ from typing import Any
 
 from gpumix import __version__
 from gpumix.cli_common import (
+    DEFAULT_RETENTION_MINUTES,
     MAX_GRANULARITY,
     MAX_HISTORY_MINUTES,
     MAX_INTERVAL_S,
     MAX_POWER_W,
     OneLineParser,
     add_output_flags,
+    add_retention_flag,
     add_rig_flags,
     at_most,
     check_rig_flags,
@@ -128,6 +130,7 @@ def add_hub_parser(commands: Any) -> None:
                      metavar="MIN", help="history kept for charts (default 60)")
     hub.add_argument("--power-budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
                      help="the machine's GPU power budget")
+    add_retention_flag(hub)
     add_tcp_flags(hub)
     add_access_flags(hub)
     add_record_flags(hub)
@@ -271,7 +274,8 @@ def run_hub(args: argparse.Namespace) -> int:
         socket_path = args.socket or unix_socket_path(default_hub_address())
         node = start_node(hardware, socket_path, interval_s=args.interval,
                           history_s=args.history_minutes * 60, demo=args.demo, tcp=tcp, token=token, tls=tls,
-                          access=access)
+                          access=access,
+                          rank_retention_s=60 * (args.retention_minutes or DEFAULT_RETENTION_MINUTES))
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub: {error}")
     recorder = metrics = None

@@ -14,6 +14,8 @@ EXIT_USAGE = 2
 # Upper bounds for numbers a user types: far above any real use, far below what breaks the code.
 MAX_INTERVAL_S = 3600.0
 MAX_HISTORY_MINUTES = 7 * 24 * 60.0
+MAX_RETENTION_MINUTES = 7 * 24 * 60.0
+DEFAULT_RETENTION_MINUTES = 10.0
 MAX_POWER_W = 100_000.0  # a whole machine's GPUs, many times over
 MAX_GLOBAL_BATCH = 10_000_000  # samples per optimizer step
 MAX_GRANULARITY = 65_536
@@ -108,3 +110,9 @@ def check_rig_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """--demo and --sim may each be given before or after a subcommand, but not both together."""
     if getattr(args, "demo", False) and getattr(args, "sim", None):
         parser.error("argument --sim: not allowed with argument --demo")
+
+
+def add_retention_flag(parser: argparse.ArgumentParser, own_hub_only: bool = False) -> None:
+    parser.add_argument("--retention-minutes", type=at_most(positive_float, MAX_RETENTION_MINUTES), metavar="MIN",
+                        help=f"ranks and jobs gone this long leave the live view (default {DEFAULT_RETENTION_MINUTES:g};"
+                             " a recording keeps them)" + ("; a hub of its own only" if own_hub_only else ""))

@@ -284,3 +284,30 @@ def test_hub_allow_group_opens_the_socket_to_that_group(tmp_path: Path) -> None:
         shutil.rmtree(reachable, ignore_errors=True)
     line = one_line_error(run([*TOOL, "hub", "--sim", "mixed-10", "--allow-group", "0"]))
     assert "--socket" in line
+
+
+def test_hub_retention_flag_reaches_the_hub(tmp_path: Path) -> None:
+    import socket
+
+    from gpumix import protocol
+    from gpumix.hub.client import HubClient
+    from tests.conftest import wait_until
+
+    socket_path = str(tmp_path / "h.sock")
+    hub, banner = _start_hub(["--socket", socket_path, "--interval", "0.2", "--retention-minutes", "0.02"], tmp_path)
+    client = HubClient(socket_path)
+    try:
+        assert "listening on" in banner, banner
+        with socket.socket(socket.AF_UNIX) as agent:
+            agent.connect(socket_path)
+            agent.sendall(protocol.encode({"type": "hello", "role": "agent", "rank": 0, "pid": 4242, "job": "short"}))
+            agent.sendall(protocol.encode({"type": "step", "step": 1, "step_time_s": 0.1, "samples": 8}))
+            wait_until(lambda: [r for r in (client.snapshot() or {}).get("ranks", []) if r["job"] == "short"], 10)
+            agent.sendall(protocol.encode({"type": "bye"}))
+        # gone, then forgotten after 1.2 s (the default keeps it 10 minutes)
+        assert wait_until(lambda: not [r for r in (client.snapshot() or {"ranks": [1]})["ranks"]
+                                       if r["job"] == "short"], 15)
+    finally:
+        client.close()
+        hub.terminate()
+        hub.wait(30)

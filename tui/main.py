@@ -9,10 +9,12 @@ from typing import Any
 
 from gpumix import __version__, auth
 from gpumix.cli_common import (
+    DEFAULT_RETENTION_MINUTES,
     MAX_HISTORY_MINUTES,
     MAX_INTERVAL_S,
     MAX_POWER_W,
     OneLineParser,
+    add_retention_flag,
     at_most,
     fail,
     positive_float,
@@ -32,6 +34,7 @@ DEFAULT_HISTORY_MINUTES = 10.0
 # Flags that set up the hub gpumix-top starts for itself: refused where it starts none (--hub, an already
 # running hub, --replay) rather than dropped. (dest, flag)
 OWN_HUB_FLAGS = (("power_budget", "--power-budget"), ("history_minutes", "--history-minutes"),
+                 ("retention_minutes", "--retention-minutes"),
                  ("record", "--record"), ("record_max_size", "--record-max-size"))
 
 
@@ -51,6 +54,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--readonly", action="store_true", help="hide every control (shared SSH sessions)")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
+    add_retention_flag(parser, own_hub_only=True)
     add_record_flags(parser)
     add_hub_flags(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -126,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     socket_path = demo_socket_path() if simulated else default_hub_address()
     try:
         history_minutes = args.history_minutes or DEFAULT_HISTORY_MINUTES
+        retention_s = 60 * (args.retention_minutes or DEFAULT_RETENTION_MINUTES)
         node = start_node(hardware, socket_path, interval_s=args.interval, history_s=history_minutes * 60,
+                          rank_retention_s=retention_s,
                           demo=args.demo, sample_in_thread=not args.once)
     except (HubAlreadyRunning, OSError) as error:
         fail(PROG, f"cannot start a hub on {socket_path}: {error}")

@@ -49,10 +49,10 @@ def demo_socket_path() -> str:
 def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, history_s: float = 600.0,
                demo: bool = False, sample_in_thread: bool = True, tcp: tuple[str, int] | None = None,
                token: str | None = None, tls: ssl.SSLContext | None = None,
-               access: UnixAccess | None = None) -> Node:
+               access: UnixAccess | None = None, rank_retention_s: float = 600.0) -> Node:
     """Start hub, server and (with demo) the demo job. Raises HubAlreadyRunning or OSError.
     `access`: who besides the owner may use the Unix socket (gpumix hub --allow-group/--allow-uid)."""
-    hub = Hub(hardware, interval_s=interval_s, history_s=history_s)
+    hub = Hub(hardware, interval_s=interval_s, history_s=history_s, rank_retention_s=rank_retention_s)
     server = HubServer(hub, socket_path, tcp=tcp, token=token, tls=tls, access=access)
     server.start()
     node = Node(hub=hub, server=server)
