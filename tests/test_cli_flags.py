@@ -302,7 +302,7 @@ def test_hub_retention_flag_reaches_the_hub(tmp_path: Path) -> None:
             agent.connect(socket_path)
             agent.sendall(protocol.encode({"type": "hello", "role": "agent", "rank": 0, "pid": 4242, "job": "short"}))
             agent.sendall(protocol.encode({"type": "step", "step": 1, "step_time_s": 0.1, "samples": 8}))
-            wait_until(lambda: [r for r in (client.snapshot() or {}).get("ranks", []) if r["job"] == "short"], 10)
+            assert wait_until(lambda: [r for r in (client.snapshot() or {}).get("ranks", []) if r["job"] == "short"], 10)
             agent.sendall(protocol.encode({"type": "bye"}))
         # gone, then forgotten after 1.2 s (the default keeps it 10 minutes)
         assert wait_until(lambda: not [r for r in (client.snapshot() or {"ranks": [1]})["ranks"]
