@@ -21,10 +21,12 @@ def findings_text(findings: list[dict[str, Any]]) -> Text:
         return Text("No findings: the box looks healthy.")
     text = Text()
     for finding in findings:
-        style = {"error": "bold red", "warning": "bold yellow"}.get(finding["severity"], "")
-        text.append(f"{SEVERITY_MARK[finding['severity']]}  {finding['title']}\n", style=style)
-        text.append(f"   evidence: {finding['evidence']}\n")
-        text.append(f"   fix: {finding['fix']}\n\n")
+        severity = finding["severity"]
+        style = {"error": "bold red", "warning": "bold yellow"}.get(severity, "")
+        mark = SEVERITY_MARK.get(severity, fmt.plain(severity))
+        text.append(f"{mark}  {fmt.plain(finding['title'])}\n", style=style)
+        text.append(f"   evidence: {fmt.plain(finding['evidence'], max_chars=2000)}\n")
+        text.append(f"   fix: {fmt.plain(finding['fix'], max_chars=2000)}\n\n")
     return text
 
 
@@ -32,17 +34,15 @@ def tiers_text(tiers: list[dict[str, Any]]) -> Text:
     text = Text()
     text.append(f"{'tier':<14}{'GPUs':>5}{'util':>6}{'power W':>9}{'samples/s':>11}{'waits':>7}  flag\n", style="bold")
     for tier in tiers:
-        wait = fmt.pct(tier["wait_share"] * 100 if tier["wait_share"] is not None else None)
-        rate = f"{tier['samples_per_s']:.0f}" if tier["samples_per_s"] is not None else fmt.NA
-        util = fmt.pct(tier["util_mean_pct"])
-        flag = tier["flag"] or ""
-        text.append(f"{tier['tier']:<14}{tier['count']:>5}{util:>6}{tier['power_w']:>9.0f}{rate:>11}{wait:>7}  ")
+        name, flag = fmt.plain(tier["tier"]), fmt.plain(tier["flag"] or "")
+        text.append(f"{name:<14}{fmt.plain(tier['count']):>5}{fmt.pct(tier['util_mean_pct']):>6}{fmt.watts(tier['power_w']):>9}"
+                    f"{fmt.fixed(tier['samples_per_s']):>11}{fmt.share(tier['wait_share']):>7}  ")
         text.append(f"{flag}\n", style="bold")
     for tier in tiers:
         if tier["flag"]:
-            text.append(f"\n{tier['tier']} is {tier['flag']}: {tier['evidence']}\n", style="bold")
+            text.append(f"\n{fmt.plain(tier['tier'])} is {fmt.plain(tier['flag'])}: {fmt.plain(tier['evidence'])}\n", style="bold")
             for option in tier["options"]:
-                text.append(f"  · {option}\n")
+                text.append(f"  · {fmt.plain(option)}\n")
     return text
 
 

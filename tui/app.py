@@ -11,12 +11,14 @@ import os
 import uuid
 from typing import Any, Protocol
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
 from gpumix.history import HISTORY_FIELDS
+from gpumix.tui import format as fmt
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
@@ -45,6 +47,12 @@ def _user_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())
+
+
+def _cap_changes(gpu: dict[str, Any]) -> bool:
+    """A fitted cap at least half a watt from the current one (a cap that is no number changes nothing)."""
+    new_w, old_w = fmt.number(gpu.get("new_w")), fmt.number(gpu.get("old_w"))
+    return new_w is not None and (old_w is None or abs(new_w - old_w) >= 0.5)
 
 
 class GpumixApp(App[None]):
@@ -97,16 +105,21 @@ class GpumixApp(App[None]):
         for theme in loaded.themes:
             self.register_theme(theme)
         for error in loaded.errors:
-            self.notify(f"theme skipped: {error}", severity="warning", timeout=8)
+            self.say(f"theme skipped: {error}", severity="warning", timeout=8)
         wanted = self._requested_theme or (NO_COLOR_THEME if os.environ.get("NO_COLOR") is not None or self.no_color else DEFAULT_THEME)
         if wanted not in self.available_themes:
-            self.notify(f"unknown theme '{wanted}', using {DEFAULT_THEME}", severity="warning")
+            self.say(f"unknown theme '{fmt.plain(wanted)}', using {DEFAULT_THEME}", severity="warning")
             wanted = DEFAULT_THEME
         self.theme = wanted
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._palette = Palette.from_theme(self.current_theme)
         self.query_one(GpuTable).focus()
         self.fetch()
+
+    def say(self, message: Any, severity: Any = "information", timeout: float = 8) -> None:
+        """A notification whose text may come from outside (a hub's reply, a file name): shown
+        as plain text, never as markup."""
+        self.notify(fmt.plain(message, max_chars=1000), severity=severity, timeout=timeout, markup=False)
 
     def _theme_changed(self, theme: Any) -> None:
         self._palette = Palette.from_theme(self.current_theme)
@@ -161,7 +174,7 @@ class GpumixApp(App[None]):
         """Repaint a panel only when its text changed."""
         if self._panel_text.get(selector) != text:
             self._panel_text[selector] = text
-            self.query_one(selector, Static).update(text)
+            self.query_one(selector, Static).update(Text(text))  # never markup: it holds outside text
 
     def _show_detail(self) -> None:
         if self.snapshot is None:
@@ -276,11 +289,11 @@ class GpumixApp(App[None]):
 
     def _show_fit(self, reply: dict[str, Any]) -> None:
         if not reply["ok"]:
-            self.notify(reply["message"], severity="error", timeout=8)
+            self.say(reply["message"], severity="error")
             return
-        caps = {str(g["index"]): g["new_w"] for g in reply["fit"]["gpus"] if abs(g["new_w"] - g["old_w"]) >= 0.5}
+        caps = {str(g["index"]): g["new_w"] for g in reply["fit"]["gpus"] if _cap_changes(g)}
         if not caps:
-            self.notify("the caps already fit the budget", timeout=5)
+            self.say("the caps already fit the budget", timeout=5)
             return
         self.push_screen(FitScreen(reply), lambda yes: self.send_control({"type": "power", "action": "caps", "caps": caps}) if yes else None)
 
@@ -296,7 +309,7 @@ class GpumixApp(App[None]):
         try:
             job, plan = plan_from_snapshot(snapshot, job, exclude=exclude)
         except (PlanInputError, ValueError) as error:
-            self.call_from_thread(self.notify, f"no plan: {error}", severity="warning", timeout=8)
+            self.call_from_thread(self.say, f"no plan: {error}", severity="warning")
             return None
         return {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
 
@@ -332,7 +345,7 @@ class GpumixApp(App[None]):
 
     def _control_done(self, reply: dict[str, Any]) -> None:
         self.last_control_reply = reply
-        self.notify(reply["message"], severity="information" if reply["ok"] else "error", timeout=8)
+        self.say(reply["message"], severity="information" if reply["ok"] else "error")
         if reply["ok"]:
             self.query_one(GpuTable).marked.clear()
 

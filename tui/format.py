@@ -1,27 +1,96 @@
-"""Short, fixed-width renderings of readings; None (not available) prints as N/A."""
+"""Short, fixed-width renderings of readings, and the one guard for text from outside.
+
+Readings come from hubs, ranks and recordings: anything that is not a finite number (None, NaN,
+inf, a string) prints as N/A, and a huge one in short scientific form, so no formatter raises.
+Text from processes, ranks, rigs and recordings goes through `plain` before it is shown.
+"""
 
 from __future__ import annotations
 
+import math
+import unicodedata
+from typing import Any
+
 NA = "N/A"
 GIB = 1024**3
+MAX_TEXT_CHARS = 500  # a field from outside longer than this is cut (a screen line is ~80-200)
+BIG = 1e9  # from here on a number prints as 1.7e+308, not as 309 digits
+# Invisible characters that reorder the text around them (a filename that reads backwards).
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _visible(char: str) -> str:
+    """One character as the terminal may show it: controls as escapes (ESC as \\x1b)."""
+    code = ord(char)
+    if code < 0x20 or 0x7F <= code <= 0x9F:  # C0, DEL, C1: ESC, BEL, CSI start sequences
+        return f"\\x{code:02x}"
+    if char in _BIDI_CONTROLS or unicodedata.category(char) in ("Cs", "Zl", "Zp"):  # lone surrogates, line breaks
+        return f"\\u{code:04x}"
+    return char
+
+
+def plain(value: Any, max_chars: int = MAX_TEXT_CHARS) -> str:
+    """Text from outside as shown: one line, control characters made visible (\\x1b), cut to
+    `max_chars`; None as N/A. Markup such as [/x] stays as typed: callers show the result as
+    plain text (rich.text.Text or markup=False), never parse it."""
+    if value is None:
+        return NA
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except ValueError:  # an int too long to convert
+        text = "?"
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "…"
+    if text.isprintable():  # the common case: nothing to escape
+        return text
+    return "".join(_visible(char) for char in text)
+
+
+def number(value: Any) -> float | None:
+    """A finite float, or None for anything else (None, NaN, ±inf, bools, strings)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond float range
+        return None
+    return value if math.isfinite(value) else None
+
+
+def fixed(value: Any, digits: int = 0, scale: float = 1.0) -> str:
+    """`value * scale` with `digits` decimals; N/A when not a finite number; 1.7e+308 when huge."""
+    known = number(value)
+    if known is None:
+        return NA
+    scaled = known * scale
+    if not math.isfinite(scaled):
+        return NA
+    return f"{scaled:.2g}" if abs(scaled) >= BIG else f"{scaled:.{digits}f}"
 
 
 def pct(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}%"
+    shown = fixed(value)
+    return shown if shown == NA else shown + "%"
+
+
+def share(fraction: float | None) -> str:
+    """A fraction (0.25) as a percentage (25%)."""
+    shown = fixed(fraction, scale=100)
+    return shown if shown == NA else shown + "%"
 
 
 def gib(value: float | None, digits: int = 1) -> str:
-    return NA if value is None else f"{value / GIB:.{digits}f}"
+    return fixed(value, digits, scale=1 / GIB)
 
 
 def mem_used_total(used: float | None, total: float | None) -> str:
-    if used is None or total is None:
+    if number(used) is None or number(total) is None:
         return NA
-    return f"{used / GIB:.1f}/{total / GIB:.0f}G"
+    return f"{gib(used, 1)}/{gib(total, 0)}G"
 
 
 def watts(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}"
+    return fixed(value)
 
 
 def power_draw_cap(draw: float | None, cap: float | None) -> str:
@@ -30,29 +99,36 @@ def power_draw_cap(draw: float | None, cap: float | None) -> str:
 
 def rate(bytes_per_s: float | None) -> str:
     """Bytes/s as 12.3G, 456M, 7.0K (per second implied by the column)."""
-    if bytes_per_s is None:
+    known = number(bytes_per_s)
+    if known is None:
         return NA
+    if known >= 1e12:  # beyond any PCIe link: a bad reading, kept short
+        return f"{known:.0e}"
     for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if bytes_per_s >= scale:
-            value = bytes_per_s / scale
+        if known >= scale:
+            value = known / scale
             return f"{value:.1f}{unit}" if value < 100 else f"{value:.0f}{unit}"
-    return f"{bytes_per_s:.0f}B"
+    return fixed(known) + "B"
 
 
 def celsius(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}C"
+    shown = fixed(value)
+    return shown if shown == NA else shown + "C"
 
 
 def link(gen: int | None, width: int | None) -> str:
-    return f"{gen or '?'}x{width or '?'}"
+    def part(value: Any) -> str:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1000 else "?"
+    return f"{part(gen)}x{part(width)}"
 
 
 def mhz(value: float | None) -> str:
-    return NA if value is None else f"{value:.0f}"
+    return fixed(value)
 
 
 def bar(fraction: float | None, width: int) -> str:
     """A text bar of `width` cells, eighth-block resolution."""
+    fraction = number(fraction)
     if fraction is None:
         return NA.ljust(width)
     blocks = " ▏▎▍▌▋▊▉█"
@@ -68,15 +144,18 @@ SPARK = "▁▂▃▄▅▆▇█"
 def spark(values: list[float | None], width: int, top: float | None = None, relative: bool = False) -> str:
     """The last `width` values as one line of block characters, scaled 0..`top` (or the max);
     `relative` scales min..max instead, for a trend such as a loss curve."""
-    recent = values[-width:]
+    recent = [number(v) for v in values[-width:]]  # NaN, inf and non-numbers are gaps
     known = [v for v in recent if v is not None]
     bottom = min(known) if relative and known else 0.0
-    scale = (top if top else (max(known) if known else 0.0)) - bottom
+    top = number(top) or (max(known) if known else 0.0)
+    # Halved, so that top - bottom cannot overflow for readings near ±1.8e308.
+    half_scale = top / 2 - bottom / 2
     chars = []
     for value in recent:
-        if value is None or scale <= 0:
+        if value is None or half_scale <= 0:
             chars.append(" " if value is None or not relative else SPARK[0])
         else:
-            level = max(0, min(len(SPARK) - 1, int((value - bottom) / scale * (len(SPARK) - 1) + 0.5)))
+            fraction = min(1.0, max(0.0, (value / 2 - bottom / 2) / half_scale))  # inf for a subnormal scale
+            level = int(fraction * (len(SPARK) - 1) + 0.5)
             chars.append(SPARK[level])
     return "".join(chars).rjust(width)

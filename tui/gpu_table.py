@@ -46,8 +46,8 @@ THROTTLE_SHORT = {"power cap": "pwr", "SW thermal": "thm", "HW thermal": "thm", 
 
 
 def short_tier(tier: str) -> str:
-    """'RTX 3090 24G' -> '3090 24G': the table is 80 columns wide."""
-    return tier.removeprefix("RTX ").removeprefix("GeForce ")
+    """'RTX 3090 24G' -> '3090 24G': the table is 80 columns wide. Safe to show (see fmt.plain)."""
+    return fmt.plain(tier).removeprefix("RTX ").removeprefix("GeForce ")
 
 
 def node_tier(gpu: dict[str, Any]) -> str:
@@ -56,7 +56,7 @@ def node_tier(gpu: dict[str, Any]) -> str:
     if not label:
         return short_tier(gpu["tier"])
     model = short_tier(gpu["tier"]).split(" ")[0]
-    return f"{label}:{model}"[:9]
+    return f"{fmt.plain(label)}:{model}"[:9]
 
 
 def throttle_label(reasons: list[str] | None) -> str:
@@ -82,17 +82,16 @@ def training_cells(gpu: dict[str, Any], ranks: dict[int, dict[str, Any]], palett
         return {key: ("", None) for key, _, _ in TRAINING_COLUMNS[3:]}
     rank = on_gpu[0]
     flag = palette.error if rank["straggler"] else None
-    label = f"{rank['rank']}{'!' if rank['straggler'] else ''}{'+' if len(on_gpu) > 1 else ''}"
-    def share(value: float | None) -> str:
-        return fmt.pct(value * 100 if value is not None else None)
+    label = f"{fmt.plain(rank['rank'])}{'!' if rank['straggler'] else ''}{'+' if len(on_gpu) > 1 else ''}"
+    comm, wait = fmt.number(rank["comm_share"]) or 0, fmt.number(rank["data_wait_share"]) or 0
     return {
         "rank": (label, flag),
-        "step": (str(rank["step"]) if rank["step"] is not None else fmt.NA, None),
-        "step_time": (f"{rank['step_time_s']:.3f}" if rank["step_time_s"] is not None else fmt.NA, flag),
-        "samples": (f"{rank['samples_per_s']:.0f}" if rank["samples_per_s"] is not None else fmt.NA, None),
-        "comm": (share(rank["comm_share"]), palette.warning if (rank["comm_share"] or 0) >= 0.5 else None),
-        "wait": (share(rank["data_wait_share"]), palette.warning if (rank["data_wait_share"] or 0) >= 0.2 else None),
-        "peak": (fmt.gib(rank["mem_peak_bytes"]) + "G" if rank["mem_peak_bytes"] is not None else fmt.NA, None),
+        "step": (fmt.plain(rank["step"]), None),
+        "step_time": (fmt.fixed(rank["step_time_s"], 3), flag),
+        "samples": (fmt.fixed(rank["samples_per_s"]), None),
+        "comm": (fmt.share(rank["comm_share"]), palette.warning if comm >= 0.5 else None),
+        "wait": (fmt.share(rank["data_wait_share"]), palette.warning if wait >= 0.2 else None),
+        "peak": (fmt.gib(rank["mem_peak_bytes"]) + "G" if fmt.number(rank["mem_peak_bytes"]) is not None else fmt.NA, None),
         "loss": (fmt.spark(rank["loss_history"], 12, relative=True), None),
     }
 
@@ -100,7 +99,7 @@ def training_cells(gpu: dict[str, Any], ranks: dict[int, dict[str, Any]], palett
 def row_cells(gpu: dict[str, Any], palette: Palette, ranks: dict[int, dict[str, Any]] | None = None,
               columns: tuple[tuple[str, str, int], ...] = HARDWARE_COLUMNS, marked: bool = False) -> dict[str, Text]:
     """The text of each cell of one GPU's row, styled where it flags something."""
-    index = f"*{gpu['index']}" if marked else str(gpu["index"])
+    index = f"*{fmt.plain(gpu['index'])}" if marked else fmt.plain(gpu["index"])
     cells: dict[str, tuple[str, Any]] = {"index": (index, palette.warning if marked else None),
                                          "tier": (node_tier(gpu), None)}
     if gpu["lost"]:
@@ -108,19 +107,20 @@ def row_cells(gpu: dict[str, Any], palette: Palette, ranks: dict[int, dict[str, 
         for key, _, _ in columns[3:]:
             cells[key] = ("", None)
     else:
-        util = gpu["util_gpu_pct"]
-        share = max((s for s in (gpu["pcie_rx_link_share"], gpu["pcie_tx_link_share"]) if s is not None), default=None)
+        util = fmt.number(gpu["util_gpu_pct"])
+        shares = (fmt.number(gpu["pcie_rx_link_share"]), fmt.number(gpu["pcie_tx_link_share"]))
+        share = max((s for s in shares if s is not None), default=None)
         throttle = throttle_label(gpu["clock_event_reasons"])
         cells.update(
             util=(fmt.pct(util), palette.warning if util is not None and util < 50 else None),
             mem=(fmt.mem_used_total(gpu["mem_used_bytes"], gpu["mem_total_bytes"]), None),
             power=(fmt.power_draw_cap(gpu["power_w"], gpu["power_cap_w"]), None),
-            temp=(fmt.celsius(gpu["temperature_c"]), palette.warning if (gpu["temperature_c"] or 0) >= 83 else None),
+            temp=(fmt.celsius(gpu["temperature_c"]), palette.warning if (fmt.number(gpu["temperature_c"]) or 0) >= 83 else None),
             throttle=(throttle, palette.warning if throttle in ("thm", "hw", "brk") else None),
             link=(link_label(gpu), palette.warning if gpu["pcie_link_below_max_under_load"] else None),
             rx=(fmt.rate(gpu["pcie_rx_bytes_per_s"]), None),
             tx=(fmt.rate(gpu["pcie_tx_bytes_per_s"]), None),
-            link_share=(fmt.pct(share * 100 if share is not None else None), palette.warning if (share or 0) >= 0.8 else None),
+            link_share=(fmt.share(share), palette.warning if (share or 0) >= 0.8 else None),
         )
         if columns is TRAINING_COLUMNS:
             cells.update(training_cells(gpu, ranks or {}, palette))

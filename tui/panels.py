@@ -13,7 +13,11 @@ SeriesFn = Callable[[int, str], list[float | None]]
 
 def title_line(snapshot: dict[str, Any]) -> str:
     driver = snapshot["driver"]
-    clock = time.strftime("%H:%M:%S", time.localtime(snapshot["timestamp_s"]))
+    stamp_s = fmt.number(snapshot["timestamp_s"])
+    try:
+        clock = time.strftime("%H:%M:%S", time.localtime(stamp_s)) if stamp_s is not None else fmt.NA
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds
+        clock = fmt.NA
     counts = {}
     for finding in snapshot.get("findings", []):
         counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
@@ -21,8 +25,8 @@ def title_line(snapshot: dict[str, Any]) -> str:
     mark = {"error": "✖", "warning": "▲", "info": "•"}.get(worst or "", "")
     advice = f"{mark} {sum(counts.values())} findings" if counts else "no findings"
     return (
-        f"{snapshot['hostname']} · {snapshot['source']} · {driver['driver_version'] or fmt.NA}"
-        f" · CUDA {driver['cuda_driver_version'] or fmt.NA} · {advice} · {clock}"
+        f"{fmt.plain(snapshot['hostname'])} · {fmt.plain(snapshot['source'])} · {fmt.plain(driver['driver_version'] or None)}"
+        f" · CUDA {fmt.plain(driver['cuda_driver_version'] or None)} · {advice} · {clock}"
     )
 
 
@@ -36,22 +40,22 @@ def run_line(snapshot: dict[str, Any]) -> str:
     stragglers = run["stragglers"]
     who = ""
     if stragglers:
-        names = sorted({tiers.get(ranks[r]["gpu_uuid"], "?") for r in stragglers if r in ranks})
-        who = f" · straggler {','.join(map(str, stragglers))} ({', '.join(names)})"
-    rate = f"{run['samples_per_s']:.0f}" if run["samples_per_s"] is not None else fmt.NA
-    line = f" {run['ranks']} ranks · step {run['step_time_s']:.3f}s · {rate} samples/s{who}"
-    busy = [f"{job}: {status['message']}" for job, status in snapshot.get("jobs", {}).items()
-            if status.get("state") in ("stopping", "relaunching") or "aborted" in status.get("message", "")]
+        names = sorted({fmt.plain(tiers.get(ranks[r]["gpu_uuid"], "?")) for r in stragglers if r in ranks})
+        who = f" · straggler {','.join(map(fmt.plain, stragglers))} ({', '.join(names)})"
+    line = (f" {fmt.plain(run['ranks'])} ranks · step {fmt.fixed(run['step_time_s'], 3)}s"
+            f" · {fmt.fixed(run['samples_per_s'])} samples/s{who}")
+    busy = [f"{fmt.plain(job)}: {fmt.plain(status.get('message'))}" for job, status in snapshot.get("jobs", {}).items()
+            if status.get("state") in ("stopping", "relaunching") or "aborted" in fmt.plain(status.get("message"))]
     return line + ("\n " + busy[0] if busy else "")
 
 
 def power_line(snapshot: dict[str, Any]) -> str:
     """GPU power drawn and capped, summed, against the machine's budget."""
     gpus = [gpu for gpu in snapshot["gpus"] if not gpu["lost"]]
-    draw = sum(gpu["power_w"] or 0 for gpu in gpus)
-    caps = sum(gpu["power_cap_w"] or 0 for gpu in gpus)
-    budget = snapshot.get("power_budget_w")
-    return f"GPU Σ {draw:.0f}/{caps:.0f} W" + (f" budget {budget:.0f}" if budget else "")
+    draw = sum(fmt.number(gpu["power_w"]) or 0 for gpu in gpus)
+    caps = sum(fmt.number(gpu["power_cap_w"]) or 0 for gpu in gpus)
+    budget = fmt.number(snapshot.get("power_budget_w"))
+    return f"GPU Σ {fmt.watts(draw)}/{fmt.watts(caps)} W" + (f" budget {fmt.watts(budget)}" if budget else "")
 
 
 def _fit(line: str, width: int) -> str:
@@ -61,8 +65,8 @@ def _fit(line: str, width: int) -> str:
 def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, spark_width: int = 15) -> str:
     """Five lines for the selected GPU, with history sparklines, and its processes."""
     index = gpu["index"]
-    where = f" on {gpu['node']} (its GPU {gpu['node_index']})" if gpu.get("node") else ""  # several hubs
-    head = f"GPU {index}{where} {gpu['name']} · {gpu['pci_bus_id'] or fmt.NA} · {gpu['uuid']}"
+    where = f" on {fmt.plain(gpu['node'])} (its GPU {fmt.plain(gpu['node_index'])})" if gpu.get("node") else ""  # several hubs
+    head = f"GPU {fmt.plain(index)}{where} {fmt.plain(gpu['name'])} · {fmt.plain(gpu['pci_bus_id'] or None)} · {fmt.plain(gpu['uuid'])}"
     if gpu["lost"]:
         lines = [head, " GPU is lost (NVML: GPU is lost): it fell off the bus or needs a reset."]
         return "\n".join(_fit(line, width) for line in lines)
@@ -71,9 +75,10 @@ def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, spark_wi
     power = fmt.spark(series(index, "power_w"), spark_width, top=gpu["power_cap_w"] or None)
     rx = fmt.spark(series(index, "pcie_rx_bytes_per_s"), spark_width, top=link_top)
     tx = fmt.spark(series(index, "pcie_tx_bytes_per_s"), spark_width, top=link_top)
-    reasons = ", ".join(gpu["clock_event_reasons"] or []) or "none"
-    replays = gpu["pcie_replay_count"] if gpu["pcie_replay_count"] is not None else fmt.NA
-    energy = fmt.NA if gpu["energy_j"] is None else f"{gpu['energy_j'] / 1000:.1f} kJ"
+    reasons = ", ".join(map(fmt.plain, gpu["clock_event_reasons"] or [])) or "none"
+    replays = fmt.fixed(gpu["pcie_replay_count"])
+    energy = fmt.fixed(gpu["energy_j"], 1, scale=1 / 1000)
+    energy = energy if energy == fmt.NA else energy + " kJ"
     lines = [
         head,
         f" util {util} {fmt.pct(gpu['util_gpu_pct']):>4}   power {power} {fmt.power_draw_cap(gpu['power_w'], gpu['power_cap_w'])}"
@@ -81,7 +86,7 @@ def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, spark_wi
         f" def {fmt.watts(gpu['power_limit_default_w'])})",
         f" rx   {rx} {fmt.rate(gpu['pcie_rx_bytes_per_s']):>4}   tx    {tx} {fmt.rate(gpu['pcie_tx_bytes_per_s']):>4}/s"
         f"  link {fmt.link(gpu['pcie_link_gen_current'], gpu['pcie_link_width_current'])}"
-        f" max {fmt.link(gpu['pcie_gen_max'], gpu['pcie_width_max'])} card g{gpu['pcie_gen_max_gpu'] or '?'}",
+        f" max {fmt.link(gpu['pcie_gen_max'], gpu['pcie_width_max'])} card g{fmt.plain(gpu['pcie_gen_max_gpu'] or '?')}",
         f" SM {fmt.mhz(gpu['clock_sm_mhz'])} MHz · mem {fmt.mhz(gpu['clock_mem_mhz'])} MHz · fan {fmt.pct(gpu['fan_pct'])}"
         f" · held by: {reasons} · replays {replays} · {energy}",
         " procs: " + process_summary(gpu["processes"]),
@@ -95,7 +100,7 @@ def process_summary(processes: list[dict[str, Any]]) -> str:
     parts = []
     for proc in processes[:4]:
         parts.append(
-            f"{proc['pid']} {proc['name'] or '?'} {fmt.pct(proc['cpu_pct'])} cpu"
+            f"{fmt.plain(proc['pid'])} {fmt.plain(proc['name'] or '?')} {fmt.pct(proc['cpu_pct'])} cpu"
             f" {fmt.gib(proc['rss_bytes'])}G rss {fmt.gib(proc['gpu_mem_bytes'])}G gpu"
         )
     more = f" +{len(processes) - 4} more" if len(processes) > 4 else ""
@@ -108,10 +113,11 @@ def host_text(snapshot: dict[str, Any], width: int = 78) -> str:
         return "host: N/A\n" + power_line(snapshot)
     cores = host["cpu_per_core_pct"]
     bars = fmt.spark(cores, min(len(cores), max(8, width - 40)), top=100)
-    load = " ".join(f"{value:.1f}" for value in host["load_avg"])
+    load = " ".join(fmt.fixed(value, 1) for value in host["load_avg"])
+    used, total = fmt.number(host["mem_used_bytes"]), fmt.number(host["mem_total_bytes"])
     return (
-        f"CPU {host['cpu_pct']:3.0f}% {bars} ({len(cores)} cores)  load {load}\n"
-        f"RAM {fmt.mem_used_total(host['mem_used_bytes'], host['mem_total_bytes'])} "
-        f"{fmt.bar(host['mem_used_bytes'] / host['mem_total_bytes'], 10)}  "
+        f"CPU {fmt.pct(host['cpu_pct']):>4} {bars} ({len(cores)} cores)  load {load}\n"
+        f"RAM {fmt.mem_used_total(used, total)} "
+        f"{fmt.bar(used / total if used is not None and total else None, 10)}  "
         f"swap {fmt.mem_used_total(host['swap_used_bytes'], host['swap_total_bytes'])}  {power_line(snapshot)}"
     )

@@ -5,47 +5,53 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from gpumix.tui import format as fmt
 from gpumix.tui.gpu_table import short_tier
 from gpumix.tui.power_screens import DIALOG_CSS
 
 
 def plan_table(plan: dict[str, Any], snapshot: dict[str, Any]) -> str:
+    """The split as text; job, tier and reason names are shown plain (see fmt.plain)."""
     ranks = {r["rank"]: r for r in snapshot.get("ranks", []) if r.get("job") == plan["job"]}
     tiers = {g["uuid"]: short_tier(g["tier"]) for g in snapshot["gpus"]}
-    lines = [f"job {plan['job']}: global batch {plan['global_batch']} (kept)", "",
+    lines = [f"job {fmt.plain(plan['job'])}: global batch {fmt.plain(plan['global_batch'])} (kept)", "",
              f"{'rank':>4} {'GPU':<9} {'now':>5} → {'n_r':>4} {'m_r':>4} {'k_r':>3} {'weight':>6}  limited by"]
     for share in plan["ranks"]:
         rank = ranks.get(share["rank"], {})
-        now = round(rank.get("samples") or 0)
-        lines.append(f"{share['rank']:>4} {tiers.get(rank.get('gpu_uuid'), '?'):<9} {now:>5} → {share['samples']:>4}"
-                     f" {share['micro_batch']:>4} {share['accumulation_steps']:>3} {share['loss_weight']:>6.3f}"
-                     f"  {', '.join(share['limited_by'] or []) or '-'}")
+        limits = ", ".join(map(fmt.plain, share["limited_by"] or [])) or "-"
+        lines.append(f"{fmt.plain(share['rank']):>4} {tiers.get(rank.get('gpu_uuid'), '?'):<9} {fmt.fixed(rank.get('samples') or 0):>5}"
+                     f" → {fmt.plain(share['samples']):>4} {fmt.plain(share['micro_batch']):>4}"
+                     f" {fmt.plain(share['accumulation_steps']):>3} {fmt.fixed(share['loss_weight'], 3):>6}  {limits}")
     lines.append("")
     for name in ("current", "proposed", "ideal"):
         p = plan[name]
-        lines.append(f"{name:>9}: step {p['step_time_s']:.3f} s · {p['samples_per_s']:.0f} samples/s")
+        lines.append(f"{name:>9}: step {fmt.fixed(p['step_time_s'], 3)} s · {fmt.fixed(p['samples_per_s'])} samples/s")
     if plan.get("speedup"):
-        lines.append(f"  {plan['speedup']:.2f}× the current split")
+        lines.append(f"  {fmt.fixed(plan['speedup'], 2)}× the current split")
     fast = plan.get("fast_tier_only")
     if fast:
-        lines.append(f"  or: {fast['tier']} tier only, the rest for eval: {fast['samples_per_s']:.0f} samples/s")
+        lines.append(f"  or: {fmt.plain(fast['tier'])} tier only, the rest for eval: {fmt.fixed(fast['samples_per_s'])} samples/s")
     without = plan.get("without_tier")
     if without:
-        lines.append(f"  or: without the {without['tier_left_out']} tier: {without['samples_per_s']:.0f} samples/s")
+        lines.append(f"  or: without the {fmt.plain(without['tier_left_out'])} tier: {fmt.fixed(without['samples_per_s'])} samples/s")
     if plan.get("note"):
-        lines.append(f"  {plan['note']}")
+        lines.append(f"  {fmt.plain(plan['note'])}")
     return "\n".join(lines)
 
 
 def leaving_out_is_faster(plan: dict[str, Any]) -> bool:
     without = plan.get("without_tier")
-    return bool(without) and without["samples_per_s"] > plan["proposed"]["samples_per_s"]
+    if not without:
+        return False
+    left_out, proposed = fmt.number(without["samples_per_s"]), fmt.number(plan["proposed"]["samples_per_s"])
+    return left_out is not None and (proposed is None or left_out > proposed)
 
 
 class PlanScreen(ModalScreen[str | None]):
@@ -63,13 +69,13 @@ class PlanScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             with VerticalScroll():
-                yield Static(plan_table(self.plan, self.snapshot), id="plan-text")
+                yield Static(Text(plan_table(self.plan, self.snapshot)), id="plan-text")
             with Horizontal():
                 yield Button("Restart into this split…", id="apply", variant="warning")
                 if leaving_out_is_faster(self.plan):
                     without = self.plan["without_tier"]
-                    label = f"Without {short_tier(without['tier_left_out'])}: {without['samples_per_s']:.0f}/s…"
-                    yield Button(label, id="apply-without", variant="warning")
+                    label = f"Without {short_tier(without['tier_left_out'])}: {fmt.fixed(without['samples_per_s'])}/s…"
+                    yield Button(Text(label), id="apply-without", variant="warning")
                 yield Button("Cancel", id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

@@ -3,8 +3,10 @@ is confirmed first; a cancel changes nothing."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -33,7 +35,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.question, id="question")
+            yield Static(Text(self.question), id="question")
             with Horizontal():
                 yield Button("Yes, apply", id="yes", variant="warning")
                 yield Button("Cancel", id="no")
@@ -47,13 +49,15 @@ def parse_watts(text: str, gpus: list[dict[str, Any]]) -> tuple[float | None, st
     try:
         watts = float(text.strip().removesuffix("W").removesuffix("w"))
     except ValueError:
-        return None, f"not a number of watts: {text!r}"
+        watts = math.nan
+    if not math.isfinite(watts):  # repr shows controls escaped; the label never parses markup
+        return None, f"not a number of watts: {text.strip()[:40]!r}"
     for gpu in gpus:
-        low, high = gpu["power_limit_min_w"], gpu["power_limit_max_w"]
+        low, high = fmt.number(gpu["power_limit_min_w"]), fmt.number(gpu["power_limit_max_w"])
         if low is None or high is None:
-            return None, f"GPU {gpu['index']} does not report its allowed range"
+            return None, f"GPU {fmt.plain(gpu['index'])} does not report its allowed range"
         if not low <= watts <= high:
-            return None, f"GPU {gpu['index']} ({gpu['tier']}) takes {low:.0f}–{high:.0f} W"
+            return None, f"GPU {fmt.plain(gpu['index'])} ({fmt.plain(gpu['tier'])}) takes {fmt.watts(low)}–{fmt.watts(high)} W"
     return watts, ""
 
 
@@ -71,14 +75,14 @@ class PowerDialog(ModalScreen[dict[str, Any] | None]):
         lines = [f"Power cap for {len(self.gpus)} GPU(s)", ""]
         for gpu in self.gpus:
             lines.append(
-                f" GPU {gpu['index']} {gpu['tier']:<13} draw {fmt.watts(gpu['power_w']):>4} W  cap {fmt.watts(gpu['power_cap_w']):>4} W"
+                f" GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier']):<13} draw {fmt.watts(gpu['power_w']):>4} W  cap {fmt.watts(gpu['power_cap_w']):>4} W"
                 f"  default {fmt.watts(gpu['power_limit_default_w'])} W  range {fmt.watts(gpu['power_limit_min_w'])}–"
                 f"{fmt.watts(gpu['power_limit_max_w'])} W"
             )
         with Vertical():
-            yield Static("\n".join(lines))
+            yield Static(Text("\n".join(lines)))
             yield Input(placeholder="new cap in watts", id="watts")
-            yield Label("", id="problem", classes="error")
+            yield Label("", id="problem", classes="error", markup=False)  # it quotes what was typed
             with Horizontal():
                 yield Button("Apply…", id="apply", variant="primary")
                 yield Button("Reset to default…", id="reset")
@@ -123,12 +127,13 @@ class FitScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         fit = self.proposal["fit"]
-        lines = [self.proposal["message"], ""]
+        lines = [fmt.plain(self.proposal["message"]), ""]
         for gpu in fit["gpus"]:
-            lines.append(f" GPU {gpu['index']} {gpu['tier']:<13} {gpu['old_w']:>4.0f} → {gpu['new_w']:>4.0f} W  {gpu['reason']}")
+            lines.append(f" GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier']):<13} {fmt.watts(gpu['old_w']):>4}"
+                         f" → {fmt.watts(gpu['new_w']):>4} W  {fmt.plain(gpu['reason'])}")
         with Vertical():
             with VerticalScroll():
-                yield Static("\n".join(lines), id="fit-text")
+                yield Static(Text("\n".join(lines)), id="fit-text")
             with Horizontal():
                 yield Button("Apply…", id="apply", variant="warning")
                 yield Button("Cancel", id="cancel")

@@ -19,23 +19,19 @@ COLUMNS = (("rank", "Rank"), ("gpu", "GPU"), ("step", "Step"), ("step_time", "St
            ("cpu", "CPU%"), ("loss", "Loss"), ("trend", "Loss trend"))
 
 
-def rank_row(rank: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> tuple[str | Text, ...]:
+def rank_row(rank: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> tuple[Text, ...]:
+    """The cells of one rank, as plain Text: a rank's fields are data, never markup."""
     gpu = gpus.get(rank["gpu_uuid"] or "")
-    where = f"{gpu['index']} {short_tier(gpu['tier'])}" if gpu else (rank["gpu_uuid"] or fmt.NA)[:12]
-    def seconds(value: float | None) -> str:
-        return f"{value:.3f}" if value is not None else fmt.NA
-    def share(value: float | None) -> str:
-        return fmt.pct(value * 100 if value is not None else None)
-    label = f"{rank['rank']}{' straggler' if rank['straggler'] else ''}{'' if rank['connected'] else ' (gone)'}"
-    return (
-        Text(label, style="bold" if rank["straggler"] else ""), where,
-        str(rank["step"]) if rank["step"] is not None else fmt.NA, seconds(rank["step_time_s"]), seconds(rank["compute_s"]),
-        f"{rank['samples_per_s']:.0f}" if rank["samples_per_s"] is not None else fmt.NA,
-        share(rank["comm_share"]), share(rank["data_wait_share"]),
-        fmt.gib(rank["mem_peak_bytes"]) + "G" if rank["mem_peak_bytes"] is not None else fmt.NA,
-        fmt.pct(rank["cpu_pct"]), f"{rank['loss']:.4f}" if rank["loss"] is not None else fmt.NA,
+    where = f"{fmt.plain(gpu['index'])} {short_tier(gpu['tier'])}" if gpu else fmt.plain(rank["gpu_uuid"] or None)[:12]
+    label = f"{fmt.plain(rank['rank'])}{' straggler' if rank['straggler'] else ''}{'' if rank['connected'] else ' (gone)'}"
+    peak = fmt.gib(rank["mem_peak_bytes"])
+    cells = (
+        where, fmt.plain(rank["step"]), fmt.fixed(rank["step_time_s"], 3), fmt.fixed(rank["compute_s"], 3),
+        fmt.fixed(rank["samples_per_s"]), fmt.share(rank["comm_share"]), fmt.share(rank["data_wait_share"]),
+        peak if peak == fmt.NA else peak + "G", fmt.pct(rank["cpu_pct"]), fmt.fixed(rank["loss"], 4),
         fmt.spark(rank["loss_history"], 16, relative=True),
     )
+    return (Text(label, style="bold" if rank["straggler"] else ""), *(Text(cell) for cell in cells))
 
 
 class RanksScreen(Screen[None]):
@@ -52,7 +48,7 @@ class RanksScreen(Screen[None]):
             table.add_column(label, key=key)
 
     def show(self, snapshot: dict[str, Any]) -> None:
-        self.query_one("#ranks-run", Static).update(run_line(snapshot))
+        self.query_one("#ranks-run", Static).update(Text(run_line(snapshot)))
         table = self.query_one(DataTable)
         gpus = {gpu["uuid"]: gpu for gpu in snapshot["gpus"]}
         wanted = {f"{rank['job']}:{rank['rank']}": rank for rank in snapshot["ranks"]}
@@ -64,5 +60,5 @@ class RanksScreen(Screen[None]):
                 table.add_row(*cells, key=key)
                 continue
             for (column, _), value in zip(COLUMNS, cells, strict=True):
-                if str(table.get_cell(key, column)) != str(value):
+                if table.get_cell(key, column) != value:
                     table.update_cell(key, column, value)

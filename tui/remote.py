@@ -60,6 +60,8 @@ def print_snapshot(snapshot: dict[str, Any] | None, as_json: bool, summary: Any,
     if as_json:
         json.dump(snapshot, sys.stdout, indent=1)
         sys.stdout.write("\n")
-    else:
-        print(summary(snapshot))
+    else:  # the summary holds hostnames, tiers and node names: never raw escape sequences
+        from gpumix.tui.format import plain
+
+        print("\n".join(plain(line, max_chars=10_000) for line in summary(snapshot).split("\n")))
     return 0

@@ -40,7 +40,7 @@ class ReplayApp(GpumixApp):
         for widget in super().compose():
             yield widget
             if widget.id == "title":
-                yield Static(self.replay.status_line(), id="replay")
+                yield Static(self.replay.status_line(), id="replay", markup=False)
 
     def render_snapshot(self, snapshot: dict[str, Any]) -> None:
         super().render_snapshot(snapshot)
@@ -90,8 +90,9 @@ def run_replay(prog: str, args: Any) -> int:
         source = ReplaySource(args.replay)
     except RecordingError as error:
         fail(prog, str(error))
+    app = ReplayApp(source, interval_s=args.interval, theme=args.theme)
     try:
-        ReplayApp(source, interval_s=args.interval, theme=args.theme).run()
+        app.run()
     finally:
         source.close()
-    return 0
+    return app.return_code or 0  # 1 when the app ended on an unhandled exception

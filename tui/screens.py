@@ -66,7 +66,9 @@ class TopologyScreen(Screen[None]):
         yield Footer()
 
     def show(self, snapshot: dict[str, Any]) -> None:
-        self.query_one("#topology-text", Static).update(Text(topology_text(snapshot)))
+        # The link names come from the hub: each line shown as plain text, controls made visible.
+        lines = topology_text(snapshot).split("\n")
+        self.query_one("#topology-text", Static).update(Text("\n".join(fmt.plain(line) for line in lines)))
 
 
 class ProcessesScreen(Screen[None]):
@@ -88,11 +90,12 @@ class ProcessesScreen(Screen[None]):
         rows = {}
         for gpu in snapshot["gpus"]:
             for proc in gpu["processes"]:
-                rows[f"{gpu['index']}:{proc['pid']}"] = (
-                    str(gpu["index"]), str(proc["pid"]), proc["user"] or fmt.NA,
+                # Text, not str: a DataTable parses a str cell as markup ("[/data/a.bin]" would crash it).
+                rows[f"{gpu['index']}:{proc['pid']}"] = tuple(Text(cell) for cell in (
+                    fmt.plain(gpu["index"]), fmt.plain(proc["pid"]), fmt.plain(proc["user"] or None),
                     fmt.gib(proc["gpu_mem_bytes"]) + "G", fmt.pct(proc["cpu_pct"]),
-                    fmt.gib(proc["rss_bytes"]) + "G", (proc["command"] or proc["name"] or fmt.NA)[:60],
-                )
+                    fmt.gib(proc["rss_bytes"]) + "G", fmt.plain(proc["command"] or proc["name"] or None)[:60],
+                ))
         for key in [row.value for row in table.rows if row.value not in rows]:
             table.remove_row(key)
         for key, cells in rows.items():
@@ -113,9 +116,13 @@ CHARTS = (
 )
 
 
+CHART_LIMIT = 1e12  # W, %, GB/s, GiB: anything beyond is a bad reading
+
+
 def chart(values: list[float | None], title: str, width: int, height: int, interval_s: float) -> str:
     """One plotext line chart as text; x is seconds before now."""
-    known = [(i, v) for i, v in enumerate(values) if v is not None]
+    # Not drawn: gaps, NaN, inf, and readings beyond any physical one (plotext's axis overflows).
+    known = [(i, v) for i, v in enumerate(map(fmt.number, values)) if v is not None and abs(v) <= CHART_LIMIT]
     plotext.clear_figure()
     plotext.plotsize(width, height)
     plotext.theme("clear")
@@ -146,8 +153,9 @@ class GpuChartsScreen(Screen[None]):
         gpu = next((g for g in snapshot["gpus"] if g["uuid"] == self.uuid), None)
         if gpu is None:
             return
-        self.query_one("#charts-title", Static).update(f"GPU {gpu['index']} {gpu['tier']} — last {len(series(gpu['index'], 'power_w'))} samples")
+        title = f"GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier'])} — last {len(series(gpu['index'], 'power_w'))} samples"
+        self.query_one("#charts-title", Static).update(Text(title))
         width = max(40, self.size.width - 2)
         for name, title, scale in CHARTS:
-            values = [v * scale if v is not None else None for v in series(gpu["index"], name)]
+            values = [v * scale if (v := fmt.number(raw)) is not None else None for raw in series(gpu["index"], name)]
             self.query_one(f"#chart-{name}", Static).update(Text.from_ansi(chart(values, title, width, 10, interval_s)))
