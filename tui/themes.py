@@ -1,9 +1,11 @@
 """Themes from TOML files: the shipped ones (themes/) and the user's
-($XDG_CONFIG_HOME/gpumix/themes/*.toml). A bad file is reported and skipped."""
+($XDG_CONFIG_HOME/gpumix/themes/*.toml). A bad user file is reported in one line and skipped:
+start-up never fails on it, and a theme that loads can be applied."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.color import Color, ColorParseError
+from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
 
 if sys.version_info >= (3, 11):
@@ -21,7 +24,15 @@ else:  # pragma: no cover
 DEFAULT_THEME = "gpumix-dark"
 NO_COLOR_THEME = "gpumix-16"
 _COLOR_FIELDS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground", "background", "surface", "panel", "boost")
-_FIELDS = {"name", "dark", "ansi", "variables", "luminosity_spread", "text_alpha", *_COLOR_FIELDS}
+_FLAG_FIELDS = ("dark", "ansi")
+_FRACTION_FIELDS = ("luminosity_spread", "text_alpha")
+_FIELDS = {"name", "variables", *_FLAG_FIELDS, *_FRACTION_FIELDS, *_COLOR_FIELDS}
+MAX_THEME_BYTES = 64 * 1024  # a theme is a few hundred bytes
+MAX_USER_THEMES = 100
+# A name is typed after --theme and listed in the palette: no spaces, markup or controls.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+_VARIABLE = re.compile(r"[a-z][a-z0-9-]{0,63}")
+_ALPHA = re.compile(r"(.+?)\s+(\d{1,3})%")  # Textual's "colour 50%"
 
 
 @dataclass
@@ -35,47 +46,111 @@ def user_theme_dir() -> Path:
     return Path(base) / "gpumix" / "themes"
 
 
+def _shown(value: Any) -> str:
+    """A value quoted in an error line, short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _is_colour(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    alpha = _ALPHA.fullmatch(value.strip())
+    if alpha and int(alpha.group(2)) > 100:
+        return False
+    try:
+        Color.parse(alpha.group(1) if alpha else value)
+    except (ColorParseError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _check_variable(source: str, name: Any, value: Any) -> None:
+    """Textual variables are colours, or text styles for names ending in 'style' ("b reverse"):
+    anything else breaks Textual's stylesheet when the theme is applied."""
+    if not isinstance(name, str) or not _VARIABLE.fullmatch(name):
+        raise ValueError(f"{source}: [variables]: not a variable name: {_shown(name)}")
+    if name.endswith("style"):
+        words = value.split() if isinstance(value, str) else []
+        if not words or not set(words) <= VALID_STYLE_FLAGS:
+            raise ValueError(f"{source}: [variables] {name}: not a text style: {_shown(value)}")
+    elif not _is_colour(value):
+        raise ValueError(f"{source}: [variables] {name}: not a colour: {_shown(value)}")
+
+
 def parse_theme(text: str, source: str) -> Theme:
-    """A Theme from TOML text; ValueError with a one-line reason naming `source`."""
+    """A Theme from TOML text; ValueError with a one-line reason naming `source`. Every field is
+    checked here, so a theme that loads can also be applied."""
     try:
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{source}: invalid TOML: {error}") from None
     unknown = set(data) - _FIELDS
     if unknown:
-        raise ValueError(f"{source}: unknown field '{sorted(unknown)[0]}'")
-    for required in ("name", "primary"):
-        if not isinstance(data.get(required), str):
-            raise ValueError(f"{source}: '{required}' must be a string")
+        raise ValueError(f"{source}: unknown field {_shown(sorted(unknown)[0])}")
+    if not isinstance(data.get("name"), str) or not _NAME.fullmatch(data["name"]):
+        raise ValueError(f"{source}: 'name' must be 1-64 letters, digits, '-', '_', '.' or '+', not {_shown(data.get('name'))}")
+    if "primary" not in data:
+        raise ValueError(f"{source}: 'primary' (a colour) is required")
     for name in _COLOR_FIELDS:
-        if name in data:
-            try:
-                Color.parse(data[name])
-            except (ColorParseError, TypeError):
-                raise ValueError(f"{source}: {name}: not a colour: {data[name]!r}") from None
+        if name in data and not _is_colour(data[name]):
+            raise ValueError(f"{source}: {name}: not a colour: {_shown(data[name])}")
+    for name in _FLAG_FIELDS:
+        if name in data and not isinstance(data[name], bool):
+            raise ValueError(f"{source}: '{name}' must be true or false, not {_shown(data[name])}")
+    for name in _FRACTION_FIELDS:
+        value = data.get(name, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{source}: '{name}' must be a number from 0 to 1, not {_shown(value)}")
     variables = data.get("variables", {})
-    if not isinstance(variables, dict) or not all(isinstance(v, str) for v in variables.values()):
-        raise ValueError(f"{source}: [variables] must map names to colour strings")
+    if not isinstance(variables, dict):
+        raise ValueError(f"{source}: [variables] must be a table of names and colours")
+    for name, value in variables.items():
+        _check_variable(source, name, value)
     return Theme(**data)
 
 
+def _read_user_theme(path: Path) -> str:
+    """The file's text; ValueError with one line when it cannot be a theme file."""
+    if not path.is_file():  # a directory or a FIFO named *.toml: never opened (a FIFO would block)
+        raise ValueError(f"{path}: not a regular file")
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_THEME_BYTES + 1)
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read: {error.strerror}") from None
+    if len(data) > MAX_THEME_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_THEME_BYTES // 1024} KiB: not a theme")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
 def load_themes(user_dir: Path | None = None) -> ThemeLoad:
+    """The shipped themes and the user's; a user file that cannot be a theme is skipped with one
+    line in `errors` (the app shows each as a notification) and never stops start-up."""
     themes, errors = [], []
     shipped = sorted(
         (entry for entry in resources.files("gpumix.themes").iterdir() if entry.name.endswith(".toml")),
         key=lambda entry: entry.name,
     )
-    sources: list[tuple[str, str]] = [(f"themes/{entry.name}", entry.read_text()) for entry in shipped]
+    for entry in shipped:
+        themes.append(parse_theme(entry.read_text(encoding="utf-8"), f"themes/{entry.name}"))
     folder = user_dir if user_dir is not None else user_theme_dir()
-    if folder.is_dir():
-        for path in sorted(folder.glob("*.toml")):
-            try:
-                sources.append((str(path), path.read_text()))
-            except OSError as error:
-                errors.append(f"{path}: cannot read: {error.strerror}")
-    for source, text in sources:
+    paths = sorted(folder.glob("*.toml")) if folder.is_dir() else []
+    if len(paths) > MAX_USER_THEMES:
+        errors.append(f"{folder}: {len(paths)} theme files, only the first {MAX_USER_THEMES} read")
+    sources = {theme.name: "a shipped theme" for theme in themes}
+    for path in paths[:MAX_USER_THEMES]:
         try:
-            themes.append(parse_theme(text, source))
+            theme = parse_theme(_read_user_theme(path), str(path))
         except ValueError as error:
             errors.append(str(error))
+            continue
+        if theme.name in sources:
+            errors.append(f"{path}: the name '{theme.name}' is taken by {sources[theme.name]}")
+            continue
+        sources[theme.name] = str(path)
+        themes.append(theme)
     return ThemeLoad(themes=themes, errors=errors)
