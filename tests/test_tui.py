@@ -185,3 +185,67 @@ async def test_training_view_and_ranks_screen(demo_hub: Hub) -> None:
         await pilot.pause()
         assert isinstance(app.screen, RanksScreen)
         assert "straggler" in screen_text(app)
+
+
+CRASHING_APP = """
+import argparse, sys
+from gpumix.tui.main import run_app
+
+class BrokenSource:
+    def snapshot(self):
+        raise RuntimeError("the snapshot source broke")
+    def series(self, index, name):
+        return []
+    def control(self, request):
+        return {"ok": False, "message": "no"}
+
+sys.exit(run_app(BrokenSource(), argparse.Namespace(interval=1.0, theme=None, readonly=False)))
+"""
+
+
+def run_in_terminal(code: str, timeout_s: float = 60.0) -> tuple[int, str]:
+    """Run `python -c code` on a real pseudo-terminal (80x24); its exit status and what it wrote."""
+    import fcntl
+    import os
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+    import time
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color"}
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave,
+                               env=env, start_new_session=True, close_fds=True)
+    os.close(slave)
+    output = bytearray()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the terminal closed: the process has exited
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif process.poll() is not None:
+                break
+        return process.wait(timeout=max(1.0, deadline - time.monotonic())), output.decode(errors="replace")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+
+
+def test_a_crashed_monitor_exits_non_zero() -> None:
+    """Issue 10: the app ended on an unhandled exception (Textual shows the traceback) and
+    gpumix-top still exited 0."""
+    status, output = run_in_terminal(CRASHING_APP)
+    assert "the snapshot source broke" in output, output[-2000:]
+    assert status == 1, output[-2000:]
