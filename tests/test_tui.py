@@ -203,8 +203,8 @@ sys.exit(run_app(BrokenSource(), argparse.Namespace(interval=1.0, theme=None, re
 """
 
 
-def run_in_terminal(code: str, timeout_s: float = 60.0) -> tuple[int, str]:
-    """Run `python -c code` on a real pseudo-terminal (80x24); its exit status and what it wrote."""
+def run_in_terminal(code: str, *args: str, timeout_s: float = 60.0) -> tuple[int, str]:
+    """Run `python -c code args` on a real pseudo-terminal (80x24); its exit status and what it wrote."""
     import fcntl
     import os
     import select
@@ -217,7 +217,7 @@ def run_in_terminal(code: str, timeout_s: float = 60.0) -> tuple[int, str]:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color"}
-    process = subprocess.Popen([sys.executable, "-c", code], stdin=slave, stdout=slave, stderr=slave,
+    process = subprocess.Popen([sys.executable, "-c", code, *args], stdin=slave, stdout=slave, stderr=slave,
                                env=env, start_new_session=True, close_fds=True)
     os.close(slave)
     output = bytearray()
@@ -248,4 +248,28 @@ def test_a_crashed_monitor_exits_non_zero() -> None:
     gpumix-top still exited 0."""
     status, output = run_in_terminal(CRASHING_APP)
     assert "the snapshot source broke" in output, output[-2000:]
+    assert status == 1, output[-2000:]
+
+
+CRASHING_REPLAY = """
+import sys
+from gpumix.tui.main import main
+from gpumix.tui.replay import ReplayApp
+
+def broken_render(self, snapshot):
+    raise RuntimeError("the replay screen broke")
+
+ReplayApp.render_snapshot = broken_render
+sys.exit(main(["--replay", sys.argv[1]]))
+"""
+
+
+def test_a_crashed_replay_exits_non_zero(demo_hardware, clock, tmp_path: Path) -> None:
+    from tests.test_recording import recorded_hub
+
+    path = tmp_path / "rec.sqlite"
+    _, recorder = recorded_hub(demo_hardware, clock, path, ticks=3)
+    recorder.close()
+    status, output = run_in_terminal(CRASHING_REPLAY, str(path))
+    assert "the replay screen broke" in output, output[-2000:]
     assert status == 1, output[-2000:]

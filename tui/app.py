@@ -272,7 +272,7 @@ class GpumixApp(App[None]):
         def dialog_closed(request: dict[str, Any] | None) -> None:
             if request is None:
                 return
-            targets = ", ".join(str(g["index"]) for g in gpus)
+            targets = ", ".join(fmt.plain(g["index"]) for g in gpus)
             what = f"cap {request['watts']:.0f} W" if request["action"] == "set" else "the default cap"
             self.push_screen(ConfirmScreen(f"Set GPU(s) {targets} to {what}?"),
                              lambda yes: self.send_control(request) if yes else None)
