@@ -247,7 +247,7 @@ def test_number_formatters_never_raise(number: Any) -> None:
     for shown in (fmt.pct(number), fmt.gib(number), fmt.mem_used_total(number, number), fmt.watts(number),
                   fmt.rate(number), fmt.celsius(number), fmt.mhz(number), fmt.bar(number, 8), fmt.fixed(number, 3),
                   fmt.spark([number, -1.7e308, 1.7e308, math.nan, None, 1.0], 8, relative=True),
-                  fmt.spark([number, 1.0], 8, top=number)):
+                  fmt.spark([number, 1.0], 8, top=number), fmt.spark(number, 8)):  # a history that is no list
         assert isinstance(shown, str) and len(shown) <= 24
 
 

@@ -144,7 +144,7 @@ SPARK = "▁▂▃▄▅▆▇█"
 def spark(values: list[float | None], width: int, top: float | None = None, relative: bool = False) -> str:
     """The last `width` values as one line of block characters, scaled 0..`top` (or the max);
     `relative` scales min..max instead, for a trend such as a loss curve."""
-    recent = [number(v) for v in values[-width:]]  # NaN, inf and non-numbers are gaps
+    recent = [number(v) for v in (values if isinstance(values, list) else [])[-width:]]  # NaN, inf: gaps
     known = [v for v in recent if v is not None]
     bottom = min(known) if relative and known else 0.0
     top = number(top) or (max(known) if known else 0.0)
