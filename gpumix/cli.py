@@ -26,6 +26,7 @@ from gpumix.cli_common import (
     at_most,
     check_rig_flags,
     fail,
+    non_negative_float,
     positive_float,
     positive_int,
 )
@@ -116,6 +117,9 @@ def add_run_parser(commands: Any) -> None:
                      help="the predicted speedup an automatic re-plan needs (default 1.05)")
     run.add_argument("--auto-replan-max", type=at_most(positive_int, 1000), default=3, metavar="N",
                      help="automatic re-plans at most (default 3)")
+    run.add_argument("--kill-grace", type=at_most(non_negative_float, 3600.0), default=10.0, metavar="SECONDS",
+                     help="on stop, SIGTERM the job's processes, then SIGKILL them after this long (default 10;"
+                          " a second Ctrl+C kills at once)")
     run.add_argument("job_command", nargs=argparse.REMAINDER, metavar="-- COMMAND")
 
 
@@ -247,7 +251,7 @@ def run_supervised(args: argparse.Namespace) -> int:
     supervisor = Supervisor(command, job, hub=args.hub or default_hub_address(), plan=plan,
                             say=lambda line: print(line, file=sys.stderr, flush=True), granularity=args.granularity,
                             auto_replan=AutoReplan(args.auto_replan_min_speedup, args.auto_replan_max)
-                            if args.auto_replan else None)
+                            if args.auto_replan else None, kill_grace_s=args.kill_grace)
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop())
     try:

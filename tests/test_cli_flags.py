@@ -311,3 +311,23 @@ def test_hub_retention_flag_reaches_the_hub(tmp_path: Path) -> None:
         client.close()
         hub.terminate()
         hub.wait(30)
+
+
+def test_run_kill_grace_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpumix.supervisor
+
+    given: dict[str, object] = {}
+
+    class Recording:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            given.update(kwargs)
+
+        def run(self) -> int:
+            return 0
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(gpumix.supervisor, "Supervisor", Recording)
+    assert cli.main(["run", "--kill-grace", "2.5", "--", "true"]) == 0
+    assert given["kill_grace_s"] == 2.5
