@@ -329,5 +329,6 @@ def test_run_kill_grace_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) 
             pass
 
     monkeypatch.setattr(gpumix.supervisor, "Supervisor", Recording)
+    monkeypatch.setattr(cli.signal, "signal", lambda *_: None)  # keep pytest's own Ctrl+C handler
     assert cli.main(["run", "--kill-grace", "2.5", "--", "true"]) == 0
     assert given["kill_grace_s"] == 2.5
