@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumix.recorder import GPU_FIELDS, RANK_FIELDS, connect
+from gpumix.recorder import GPU_FIELDS, RANK_FIELDS, RecordingError, connect
 
 QUERIES = {
     "gpu_samples": (
@@ -39,11 +39,13 @@ def _rows(conn: sqlite3.Connection, table: str) -> tuple[list[str], Any]:
 
 def _export(recording: str | Path, out_dir: str | Path, write_table: Callable[[Path, list[str], Any], int]) -> dict[str, int]:
     """Open the recording read-only and hand each table to write_table(base path, columns, rows)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    conn = connect(recording, readonly=True)
+    conn = connect(recording, readonly=True)  # checks it is a recording: nothing is written otherwise
     try:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
         return {table: write_table(out / table, *_rows(conn, table)) for table in QUERIES}
+    except sqlite3.Error as error:  # damaged past the schema check
+        raise RecordingError(f"{recording}: cannot be read to the end ({error})") from None
     finally:
         conn.close()
 

@@ -9,11 +9,22 @@ Tables (times `t` are the snapshots' wall-clock `timestamp_s`):
 - `snapshots`: each tick's full snapshot, JSON compressed with zlib (with a preset
   dictionary: the recorder's first snapshot), so a replay shows the same screens.
 
-Each data row has `res`, the seconds it stands for (1 as recorded; 10 or 60 once
-downsampled). The file is WAL with synchronous=NORMAL, committed at least every
-`commit_interval_s` (0.5 s): a killed hub loses at most its last second. Size stays
-under `max_bytes`: when the file nears it, older data is thinned (one row per 10 s
-past an hour, one per minute past a day; then harder) and the freed pages given back.
+Each data row has `res`, the seconds it stands for (1 as recorded; more once
+thinned). The file is WAL with synchronous=NORMAL, committed at least every
+`commit_interval_s` (0.5 s): a killed hub loses at most its last second.
+
+The size bound: the database, its WAL and its shared-memory index together stay
+within `max_bytes`. The WAL gets a fixed reserve (checkpointed at a quarter of it and
+cut back to it), the rest holds the data. The file is never VACUUMed (that writes
+a second copy of it into the WAL): thinned rows free pages that later rows reuse,
+so the database file stops growing at its data budget. When the data passes 90 %
+of it, rows are thinned to 70 % (see `retention_bands`): the newest minutes whole,
+older data at a resolution that halves with each doubling of age, events kept
+(only the oldest dropped, when they alone pass a quarter of the budget). Deletes
+run in slices small enough for the WAL reserve. A rank's metrics are recorded
+when it reports a new step, not every tick (a rank gone stays in snapshots).
+Files are created 0600 (they hold command lines and environments); SQLite gives
+the WAL and its index the database file's mode.
 
 The hub's sampling thread only appends the snapshot to a bounded queue; a writer
 thread serialises, compresses and writes. A full queue drops the oldest entry and
@@ -22,6 +33,7 @@ counts it (`Recorder.drops`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -31,7 +43,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +51,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_BYTES = 512 * 1024**2
+MIN_MAX_BYTES = 256 * 1024  # below this the WAL reserve, the index and the schema leave no room for data
+MAX_MAX_BYTES = 2**50  # a petabyte: any larger figure is a typo
 COMMIT_INTERVAL_S = 0.5
 QUEUE_SIZE = 256
 ZLIB_LEVEL = 6
@@ -57,16 +71,21 @@ RANK_FIELDS = (
     "straggler",
 )
 
-# Downsampling ladders, mildest first: (older than this many seconds, keep one row per this many).
-# The first is the normal policy; the later ones only run when the file is still too big.
-LADDERS: tuple[tuple[tuple[float, float], ...], ...] = (
-    ((3600, 10), (86400, 60)),
-    ((600, 10), (3600, 60), (86400, 600)),
-    ((60, 10), (600, 60), (3600, 600)),
-)
-COMPACT_AT = 0.9  # of max_bytes: thin the file when it grows past this
+# Thinning (compact): the newest KEEP_WHOLE_S at full resolution; data older than that in bands
+# that double in length, each at a resolution double the one before (base, 2 base, 4 base, ...):
+# each band holds about as many rows as the one before, so a week costs little more than a day.
+# While the data does not fit, the base grows ×4 up to the whole window, then the window halves.
+KEEP_WHOLE_S = 300.0
+FIRST_BASE_S = 1.0
+MIN_WHOLE_S = 0.01
+COMPACT_AT = 0.9  # of the data budget: thin when the rows in use pass this
 COMPACT_TO = 0.7  # ... down to this
-COMMIT_SHARE = 0.02  # commit early once a transaction holds this share of max_bytes
+EVENTS_SHARE = 0.25  # of the data budget: events past it lose their oldest
+WAL_SHARE = 0.15  # of max_bytes: the WAL's reserve (checkpointed at half, cut back to it)
+MAX_WAL_BYTES = 64 * 1024**2
+SHM_BLOCK_BYTES = 32 * 1024  # the WAL index grows in blocks of this per 4096 WAL frames
+SMALL_PAGE_BELOW = 64 * 1024**2  # budgets under this use 1 KiB pages: less per index and WAL frame
+MAX_BLOB_SHARE = 1 / 16  # of the data budget: a larger snapshot (or event) is not stored whole
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -108,86 +127,176 @@ def _number(value: Any) -> float | None:
     return None
 
 
+# What a reader needs: each table and its columns (a file without them is not a recording).
+REQUIRED_COLUMNS = {
+    "meta": ("key", "value"),
+    "gpus": ("uuid", "gpu", "tier"),
+    "gpu_samples": ("t", "gpu", "res", *GPU_FIELDS),
+    "rank_metrics": ("t", "job", "rank", "gpu_uuid", "res", *RANK_FIELDS),
+    "events": ("t", "kind", "payload"),
+    "zdicts": ("id", "data"),
+    "snapshots": ("t", "zdict", "res", "data"),
+}
+
+
+def _shown(value: object) -> str:
+    """A value from a file for a one-line message: its repr, control characters escaped, short."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """RecordingError (one line) unless this is a recording of the schema version we read."""
+    def not_ours(why: str) -> RecordingError:
+        return RecordingError(f"{path} is not a gpumix recording ({why})")
+
+    tables = {name for name, in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "meta" not in tables:
+        raise not_ours("no table meta")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        raise not_ours("no schema version")
+    if str(row[0]) != str(SCHEMA_VERSION):
+        raise RecordingError(f"{path}: a recording of schema version {_shown(row[0])};"
+                             f" this gpumix reads version {SCHEMA_VERSION}")
+    for table, columns in REQUIRED_COLUMNS.items():
+        if table not in tables:
+            raise not_ours(f"no table {table}")
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        missing = [c for c in columns if c not in present]
+        if missing:
+            raise not_ours(f"table {table} lacks {', '.join(missing[:3])}")
+
+
 def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
-    """A connection to a recording. Read-only opens never create or change the file."""
+    """A connection to a recording. Read-only opens never create or change the file, and check
+    that it is a recording of our schema (RecordingError, one line, if not)."""
     path = Path(path)
     if readonly:
         if not path.exists():
             raise RecordingError(f"no recording at {path}")
-        try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-            conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        except sqlite3.DatabaseError as error:
+        if not path.is_file():
+            raise RecordingError(f"{path} is not a gpumix recording (not a file)")
+        conn = None
+        try:  # a URI of the absolute path: a '?' or '#' in a name stays part of the name
+            conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            check_schema(conn, path)
+        except sqlite3.Error as error:
+            if conn is not None:
+                conn.close()
             raise RecordingError(f"{path} is not a gpumix recording ({error})") from None
+        except RecordingError:
+            if conn is not None:
+                conn.close()
+            raise
         return conn
-    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-    return conn
+    try:
+        return sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as error:
+        raise RecordingError(f"cannot record to {path}: {error}") from None
+
+
+def _create_private(path: Path) -> None:
+    """Create the file 0600 if it is new (it will hold command lines and environments); an
+    existing file keeps its mode. OSError becomes RecordingError, one line."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    except OSError as error:
+        raise RecordingError(f"cannot record to {path}: {error.strerror or error}") from None
+    os.close(fd)
+
+
+def wal_reserve_bytes(max_bytes: int) -> int:
+    return int(min(MAX_WAL_BYTES, WAL_SHARE * max_bytes))
+
+
+def shm_reserve_bytes(max_bytes: int, page_size: int) -> int:
+    frames = wal_reserve_bytes(max_bytes) // page_size + 1
+    return SHM_BLOCK_BYTES * (frames // 4096 + 1)
 
 
 def open_for_writing(path: str | Path, max_bytes: int) -> sqlite3.Connection:
+    path = Path(path)
+    _create_private(path)
     conn = connect(path)
     try:
-        # auto_vacuum must be set before the first table exists; on an old file it stays as it was
+        if conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
+            check_schema(conn, path)  # a file of another version, or not ours: refused, untouched
+        # page size and auto_vacuum hold only before the first table exists; an old file keeps its own
+        conn.execute(f"PRAGMA page_size = {1024 if max_bytes < SMALL_PAGE_BELOW else 4096}")
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode.lower() != "wal":
             raise RecordingError(f"{path}: SQLite refused WAL mode (journal_mode={mode})")
         conn.execute("PRAGMA synchronous = NORMAL")
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        # the WAL counts toward the budget: checkpoint it often enough and cut it back after
-        conn.execute(f"PRAGMA wal_autocheckpoint = {max(16, min(1000, max_bytes // page_size // 20))}")
-        conn.execute(f"PRAGMA journal_size_limit = {max(64 * 1024, max_bytes // 20)}")
+        # the WAL counts toward the budget: checkpoint at a quarter of its reserve (a transaction
+        # adds up to about as much again: each touches a few pages of every table and index)
+        reserve = wal_reserve_bytes(max_bytes)
+        conn.execute(f"PRAGMA wal_autocheckpoint = {max(4, reserve // 4 // page_size)}")
+        conn.execute(f"PRAGMA journal_size_limit = {reserve}")
         conn.executescript(_SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_s', ?)", (repr(time.time()),))
-    except sqlite3.DatabaseError as error:
+    except sqlite3.Error as error:
         conn.close()
         raise RecordingError(f"cannot record to {path}: {error}") from None
+    except RecordingError:
+        conn.close()
+        raise
     return conn
 
 
 def file_bytes(conn: sqlite3.Connection, path: str | Path) -> int:
-    """The recording's size on disk: database pages in use plus the WAL."""
-    pages = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
-    try:
-        wal = os.path.getsize(f"{path}-wal")
-    except OSError:
-        wal = 0
-    return pages + wal
+    """The recording's size on disk: the database file, its WAL and the WAL's index."""
+    del conn  # kept for callers; the files say it all
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += os.path.getsize(f"{path}{suffix}")
+        except OSError:
+            pass
+    return total
 
 
-def downsample(conn: sqlite3.Connection, now_s: float, ladder: Iterable[tuple[float, float]]) -> int:
-    """Thin rows older than each step's age to one per `res` seconds per series; returns rows deleted."""
+def used_bytes(conn: sqlite3.Connection) -> int:
+    """Bytes of the database's pages in use (free pages are reused before the file grows)."""
+    pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return pages * conn.execute("PRAGMA page_size").fetchone()[0]
+
+
+def retention_bands(now_s: float, oldest_s: float, whole_s: float, base_s: float
+                    ) -> list[tuple[float, float, float]]:
+    """(start, end, res): what thinning keeps of the data between oldest and now. Everything
+    newer than now - whole_s stays whole; the band [now - 2^(j+1) whole, now - 2^j whole) keeps
+    one row per base * 2^j seconds per series (per GPU, per rank, snapshots)."""
+    bands = []
+    end, length, res = now_s - whole_s, whole_s, base_s
+    while end > oldest_s:
+        bands.append((max(oldest_s, end - length), end, res))
+        end, length, res = end - length, length * 2, res * 2
+    return bands
+
+
+def thin(conn: sqlite3.Connection, start_s: float, end_s: float, res_s: float,
+         part: tuple[float, float] | None = None) -> int:
+    """Keep one row per `res_s` bucket per series (the first) of the rows in [start, end);
+    returns rows deleted. With `part`, delete only within that part of the range (a slice, so
+    one transaction stays small) while the first row of each bucket is still sought in the
+    whole range: slice after slice thins exactly as one pass. (Events are never thinned.)"""
+    low, high = part or (start_s, end_s)
     deleted = 0
-    for age_s, res_s in ladder:
-        cut = now_s - age_s
-        for table, keys in SERIES_KEYS.items():
-            group = ", ".join((*keys, f"CAST(t / {float(res_s)!r} AS INTEGER)"))
-            cursor = conn.execute(
-                f"DELETE FROM {table} WHERE t < ? AND res < ? AND rowid NOT IN "
-                f"(SELECT MIN(rowid) FROM {table} WHERE t < ? AND res < ? GROUP BY {group})",
-                (cut, res_s, cut, res_s),
-            )
-            deleted += cursor.rowcount
-            conn.execute(f"UPDATE {table} SET res = ? WHERE t < ? AND res < ?", (res_s, cut, res_s))
-    return deleted
-
-
-def _rows(conn: sqlite3.Connection) -> int:
-    return sum(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] for table in SERIES_KEYS)
-
-
-def drop_oldest(conn: sqlite3.Connection, fraction: float = 0.5) -> int:
-    """The last resort: delete the oldest `fraction` of the recorded time span (events included)."""
-    low, high = conn.execute("SELECT MIN(t), MAX(t) FROM snapshots").fetchone()
-    if low is None or high is None or high <= low:
-        low, high = conn.execute("SELECT MIN(t), MAX(t) FROM gpu_samples").fetchone()
-    if low is None or high is None or high <= low:
-        return 0
-    cut = low + (high - low) * fraction
-    deleted = 0
-    for table in ("gpu_samples", "rank_metrics", "snapshots", "events"):
-        deleted += conn.execute(f"DELETE FROM {table} WHERE t < ?", (cut,)).rowcount
+    for table, keys in SERIES_KEYS.items():
+        group = ", ".join((*keys, f"CAST(t / {float(res_s)!r} AS INTEGER)"))
+        cursor = conn.execute(
+            f"DELETE FROM {table} WHERE t >= ? AND t < ? AND rowid NOT IN "
+            f"(SELECT MIN(rowid) FROM {table} WHERE t >= ? AND t < ? GROUP BY {group})",
+            (low, high, start_s, end_s),
+        )
+        deleted += cursor.rowcount
+        conn.execute(f"UPDATE {table} SET res = ? WHERE t >= ? AND t < ? AND res < ?", (res_s, low, high, res_s))
     return deleted
 
 
@@ -196,29 +305,46 @@ class Recorder:
 
     def __init__(self, path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
                  commit_interval_s: float = COMMIT_INTERVAL_S, queue_size: int = QUEUE_SIZE,
-                 wall_clock: Callable[[], float] = time.time) -> None:
-        if max_bytes < 256 * 1024:
-            raise RecordingError("a recording needs a budget of at least 256 KiB")
+                 wall_clock: Callable[[], float] = time.time, keep_whole_s: float = KEEP_WHOLE_S) -> None:
+        if not MIN_MAX_BYTES <= max_bytes <= MAX_MAX_BYTES:
+            raise RecordingError(f"a recording's size budget must be {MIN_MAX_BYTES // 1024} KiB to 1 PiB"
+                                 f" (the WAL, its index and the schema need room), got {max_bytes} bytes")
         self.path = Path(path)
         self.max_bytes = int(max_bytes)
+        self.keep_whole_s = keep_whole_s
         self.commit_interval_s = commit_interval_s
         self._wall_clock = wall_clock
         self._conn = open_for_writing(self.path, self.max_bytes)
+        page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
+        self.wal_bytes = wal_reserve_bytes(self.max_bytes)
+        self.data_bytes = self.max_bytes - self.wal_bytes - shm_reserve_bytes(self.max_bytes, page_size)
+        self._commit_bytes = max(page_size, self.wal_bytes // 8)  # a transaction's payload, well inside the WAL
+        self._max_blob_bytes = int(self.data_bytes * MAX_BLOB_SHARE)
         self._queue: deque[tuple[Any, ...]] = deque()
         self._queue_size = queue_size
         self._cond = threading.Condition()
         self._closing = False
         self.drops = 0  # entries dropped because the writer fell behind
         self.written = 0  # snapshots written
+        self.oversized = 0  # snapshots too large to store whole (their GPU and rank rows are kept)
         self.compactions = 0
         self.errors = 0
+        self.kept: dict[str, float] = {}  # the last compaction's whole_s and base_s
         self._pending_bytes = 0  # written since the last commit (roughly)
         self._zdict_id: int | None = None
         self._zdict: bytes | None = None
         self._known_gpus: set[str] = set()
+        self._rank_marks: dict[tuple[Any, Any], tuple[Any, Any]] = {}  # (job, rank) -> (pid, step) last recorded
         self._findings: dict[tuple[str, tuple[int, ...]], dict[str, Any]] | None = None
         self._plan: Any = None
         self._jobs: dict[str, dict[str, Any]] = {}
+        try:
+            if self._database_bytes() > self.data_bytes:  # reopened with a smaller budget
+                self.compact()
+                self._give_back_pages()
+        except sqlite3.Error as error:
+            self._conn.close()
+            raise RecordingError(f"cannot record to {self.path}: {error}") from None
         self._thread = threading.Thread(target=self._run, name="gpumix-recorder", daemon=True)
         self._thread.start()
 
@@ -241,7 +367,7 @@ class Recorder:
 
     def event(self, kind: str, payload: dict[str, Any] | None = None, t: float | None = None) -> None:
         """Record one event (`kind`: 'power_cap', 'plan', 'restart', ... or your own)."""
-        self._put(("event", self._wall_clock() if t is None else t, str(kind), payload or {}))
+        self._put(("event", self._wall_clock() if t is None else t, str(kind)[:64], payload or {}))
 
     def _put(self, entry: tuple[Any, ...]) -> None:
         with self._cond:
@@ -278,7 +404,7 @@ class Recorder:
                         self._conn.execute("BEGIN")
                         dirty = True
                     self._write(entry)
-                    if self._pending_bytes > COMMIT_SHARE * self.max_bytes:  # fast ticks: keep the WAL small
+                    if self._pending_bytes > self._commit_bytes:  # fast ticks: keep the WAL small
                         self._commit()
                         dirty = False
                         last_commit = time.monotonic()
@@ -306,14 +432,15 @@ class Recorder:
     def _commit(self) -> None:
         self._conn.execute("COMMIT")
         self._pending_bytes = 0
-        self._bound_size()
+        if used_bytes(self._conn) > COMPACT_AT * self.data_bytes:
+            self.compact()
 
     def _write(self, entry: tuple[Any, ...]) -> None:
         if entry[0] == "snapshot":
             self._write_snapshot(entry[1])
         else:
             _, t, kind, payload = entry
-            self._conn.execute("INSERT INTO events VALUES (?, ?, ?)", (t, kind, json.dumps(payload, default=str)))
+            self._event_row(t, kind, payload)
 
     def _write_snapshot(self, snapshot: dict[str, Any]) -> None:
         t = float(snapshot["timestamp_s"])
@@ -332,7 +459,7 @@ class Recorder:
             f"INSERT INTO gpu_samples (t, gpu, {', '.join(GPU_FIELDS)}) VALUES (?, ?{', ?' * len(GPU_FIELDS)})",
             [(t, gpu["index"], *(_number(gpu.get(name)) for name in GPU_FIELDS)) for gpu in snapshot["gpus"]],
         )
-        ranks = snapshot.get("ranks") or []
+        ranks = self._ranks_with_a_new_step(snapshot.get("ranks") or [])
         if ranks:
             conn.executemany(
                 f"INSERT INTO rank_metrics (t, job, rank, gpu_uuid, {', '.join(RANK_FIELDS)})"
@@ -342,14 +469,29 @@ class Recorder:
             )
         data = json.dumps(snapshot, separators=(",", ":"), default=str).encode()
         if self._zdict is None:
-            self._zdict = data[-32768:]  # zlib looks back 32 KiB at most
+            self._zdict = data[-min(32768, self._max_blob_bytes):]  # zlib looks back 32 KiB at most
             self._zdict_id = conn.execute("INSERT INTO zdicts (data) VALUES (?)", (self._zdict,)).lastrowid
         compressor = zlib.compressobj(ZLIB_LEVEL, zdict=self._zdict)
         blob = compressor.compress(data) + compressor.flush()
-        conn.execute("INSERT INTO snapshots (t, zdict, data) VALUES (?, ?, ?)", (t, self._zdict_id, blob))
+        if len(blob) <= self._max_blob_bytes:
+            conn.execute("INSERT INTO snapshots (t, zdict, data) VALUES (?, ?, ?)", (t, self._zdict_id, blob))
+        else:  # one snapshot would crowd out the rest: its GPU and rank rows stand for it
+            self.oversized += 1
         self.written += 1
-        self._pending_bytes += len(blob) + 250 * (len(snapshot["gpus"]) + len(ranks))
+        self._pending_bytes += min(len(blob), self._max_blob_bytes) + 250 * (len(snapshot["gpus"]) + len(ranks))
         self._diff_events(t, snapshot)
+
+    def _ranks_with_a_new_step(self, ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The ranks whose step (or process) changed since last recorded: a rank gone, or one
+        between steps, is not written again every tick. Ranks no longer in the snapshot are forgotten."""
+        marks, fresh = {}, []
+        for r in ranks:
+            key, mark = (r.get("job"), r.get("rank")), (r.get("pid"), r.get("step"))
+            marks[key] = mark
+            if r.get("step") is not None and self._rank_marks.get(key) != mark:
+                fresh.append(r)
+        self._rank_marks = marks
+        return fresh
 
     def _diff_events(self, t: float, snapshot: dict[str, Any]) -> None:
         """Events that follow from two snapshots: findings appearing or clearing, plans, restarts."""
@@ -366,58 +508,113 @@ class Recorder:
         if plan is not None and plan != self._plan:
             self._event_row(t, "plan", {"plan": plan})
         self._plan = plan
-        for job, status in (snapshot.get("jobs") or {}).items():
+        jobs = snapshot.get("jobs") or {}
+        for job, status in jobs.items():
             before = self._jobs.get(job)
             if before is not None and status.get("restarts") != before.get("restarts"):
                 self._event_row(t, "restart", {"job": job, "restarts": status.get("restarts"),
                                                "state": status.get("state"), "message": status.get("message")})
             elif before is not None and status.get("state") != before.get("state"):
                 self._event_row(t, "job_state", {"job": job, "state": status.get("state"), "message": status.get("message")})
-            self._jobs[job] = {"restarts": status.get("restarts"), "state": status.get("state")}
+        self._jobs = {job: {"restarts": status.get("restarts"), "state": status.get("state")}
+                      for job, status in jobs.items()}  # jobs the hub forgot are forgotten here too
 
     def _event_row(self, t: float, kind: str, payload: dict[str, Any]) -> None:
-        self._conn.execute("INSERT INTO events VALUES (?, ?, ?)", (t, kind, json.dumps(payload, default=str)))
+        text = json.dumps(payload, default=str)
+        if len(text) > self._max_blob_bytes:  # the event stays, its payload would crowd out the rest
+            text = json.dumps({"truncated": True, "bytes": len(text)})
+        self._conn.execute("INSERT INTO events VALUES (?, ?, ?)", (t, kind, text))
+        self._pending_bytes += len(text) + 32
 
     # -- the size bound ---------------------------------------------------------------
 
     def size_bytes(self) -> int:
+        """On disk now: the database, its WAL and the WAL's index."""
         return file_bytes(self._conn, self.path)
 
-    def _bound_size(self) -> None:
-        if self.size_bytes() <= COMPACT_AT * self.max_bytes:
-            return
-        self.compact()
+    def _database_bytes(self) -> int:
+        conn = self._conn
+        return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
 
     def compact(self, target_bytes: float | None = None) -> None:
-        """Thin older data until the file is under `target_bytes` (default 70 % of max_bytes).
-
-        Deleting every ninth row of ten leaves pages part full, so the size after each step is
-        estimated from the rows kept (ticks are thinned alike in every table); once the estimate
-        fits, VACUUM rewrites the file compactly.
-        """
-        target = COMPACT_TO * self.max_bytes if target_bytes is None else target_bytes
+        """Thin the data until the pages in use are under `target_bytes` (default 70 % of the
+        data budget): the oldest events past their share first, then `retention_bands` with a
+        coarser base, then a shorter whole window; at the very end only the newest tick stays."""
+        target = COMPACT_TO * self.data_bytes if target_bytes is None else target_bytes
         conn = self._conn
-        now = conn.execute("SELECT MAX(t) FROM snapshots").fetchone()[0]
+        now = conn.execute("SELECT MAX(t) FROM gpu_samples").fetchone()[0]
         if now is None:
             return
         self.compactions += 1
-        self._give_back_pages()
-        size_before = self.size_bytes()
-        rows_before = _rows(conn)
-        steps: list[Callable[[], object]] = [lambda ladder=ladder: downsample(conn, now, ladder) for ladder in LADDERS]
-        steps += [lambda: drop_oldest(conn)] * 8
-        for step in steps:
-            conn.execute("BEGIN")
-            step()
-            conn.execute("COMMIT")
-            if rows_before and size_before * _rows(conn) / rows_before <= target:
+        self._trim_events()
+        # from one step milder than last time: a steady stream does not start over at every compaction
+        whole_s = min(self.keep_whole_s, 2 * self.kept.get("whole_s", self.keep_whole_s))
+        base_s = max(FIRST_BASE_S, self.kept.get("base_s", FIRST_BASE_S) / 4)
+        while used_bytes(conn) > target:
+            oldest = conn.execute("SELECT MIN(t) FROM gpu_samples").fetchone()[0]
+            for start, end, res in retention_bands(now, oldest, whole_s, base_s):
+                self._thin_in_slices(start, end, res)
+            if used_bytes(conn) <= target:
                 break
-        conn.execute("VACUUM")
-        self._give_back_pages()
+            if base_s * 4 <= whole_s:
+                base_s *= 4  # older data coarser first ...
+            elif whole_s > MIN_WHOLE_S:
+                whole_s /= 2  # ... then fewer minutes whole
+            else:
+                self._in_slices(oldest, now, lambda a, b: self._delete_between(a, b))  # the newest tick alone
+                break
+        self.kept = {"whole_s": whole_s, "base_s": base_s}
+
+    def _thin_in_slices(self, start_s: float, end_s: float, res_s: float) -> None:
+        self._in_slices(start_s, end_s, lambda a, b: thin(self._conn, start_s, end_s, res_s, part=(a, b)))
+
+    def _in_slices(self, start_s: float, end_s: float, change: Callable[[float, float], object]) -> None:
+        """Run `change(a, b)` over [start, end) in slices that each hold about half the WAL's
+        reserve of rows (one transaction each, so a checkpoint can follow): the edges are the
+        times of every n-th GPU row in the range, so dense and thinned stretches alike fit."""
+        conn = self._conn
+        rows = conn.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
+        bytes_per_row = used_bytes(conn) / max(1, rows)  # a GPU row and its share of the rest
+        every = max(1, int(self.wal_bytes / 4 / bytes_per_row))
+        times = [t for t, in conn.execute("SELECT t FROM gpu_samples WHERE t >= ? AND t < ? ORDER BY t",
+                                          (start_s, end_s))]
+        edges = [start_s, *sorted({times[i] for i in range(every, len(times), every)} - {start_s}), end_s]
+        for low, high in itertools.pairwise(edges):
+            conn.execute("BEGIN")
+            change(low, high)
+            conn.execute("COMMIT")
+
+    def _delete_between(self, start_s: float, end_s: float) -> None:
+        for table in SERIES_KEYS:
+            self._conn.execute(f"DELETE FROM {table} WHERE t >= ? AND t < ?", (start_s, end_s))
+
+    def _trim_events(self) -> None:
+        """Events are kept before data, up to EVENTS_SHARE of the budget: past it, the oldest go."""
+        conn = self._conn
+        room = EVENTS_SHARE * self.data_bytes
+        total, cut = 0, None
+        for t, size in conn.execute("SELECT t, length(payload) + length(kind) + 32 FROM events ORDER BY t DESC"):
+            total += size
+            if total > room:
+                cut = t
+                break
+        if cut is not None:  # the oldest, a contiguous range: whole pages freed, little WAL written
+            conn.execute("BEGIN")
+            conn.execute("DELETE FROM events WHERE t <= ?", (cut,))
+            conn.execute("COMMIT")
 
     def _give_back_pages(self) -> None:
-        self._conn.execute("PRAGMA incremental_vacuum")
-        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        """Shrink the file to the pages in use, a WAL reserve at a time (a file reopened with a
+        smaller budget)."""
+        conn = self._conn
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        step = max(1, self.wal_bytes // 2 // page_size)
+        while conn.execute("PRAGMA freelist_count").fetchone()[0] > 0:
+            before = self._database_bytes()
+            conn.execute(f"PRAGMA incremental_vacuum({step})").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if self._database_bytes() >= before:  # not an incremental-vacuum file
+                break
 
     # -- stopping ------------------------------------------------------------------------
 
@@ -445,7 +642,7 @@ class Recorder:
 
     def stats(self) -> dict[str, Any]:
         return {"path": str(self.path), "snapshots": self.written, "drops": self.drops, "errors": self.errors,
-                "compactions": self.compactions, "max_bytes": self.max_bytes}
+                "compactions": self.compactions, "oversized": self.oversized, "max_bytes": self.max_bytes}
 
 
 def parse_size(text: str) -> int:
@@ -458,6 +655,6 @@ def parse_size(text: str) -> int:
         value = float(number) * scale
     except ValueError:
         raise ValueError(f"not a size: {text!r} (e.g. 512M, 2G)") from None
-    if value <= 0:
-        raise ValueError(f"must be positive: {text!r}")
+    if not 0 < value <= MAX_MAX_BYTES:  # inf and nan fail this too
+        raise ValueError(f"must be a size above 0 and at most 1 PiB: {text!r}")
     return int(value)

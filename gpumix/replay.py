@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -46,6 +47,10 @@ class ReplaySource:
             raise RecordingError(f"{self.path} is not a gpumix recording ({error})") from None
         if not self.times:
             raise RecordingError(f"{self.path} holds no snapshots yet")
+        if self._decode(self._rowids[0]) is None:
+            self._conn.close()
+            raise RecordingError(f"{self.path}: its first snapshot cannot be read (not a gpumix recording, or damaged)")
+        self._last_good: dict[str, Any] | None = None
         self.speed = 1.0
         self.paused = False
         self._anchor_pos = self.times[0]
@@ -53,7 +58,9 @@ class ReplaySource:
         self._refreshed_at = clock()
 
     def _read_index(self) -> None:
-        rows = self._conn.execute("SELECT t, rowid FROM snapshots ORDER BY t, rowid").fetchall()
+        # times that are numbers and finite only: a damaged or hostile file must not break the player
+        rows = self._conn.execute("SELECT t, rowid FROM snapshots WHERE typeof(t) IN ('real', 'integer')"
+                                  " AND t BETWEEN -1e15 AND 1e15 ORDER BY t, rowid").fetchall()
         self._zdicts = dict(self._conn.execute("SELECT id, data FROM zdicts").fetchall())
         self.times = [row[0] for row in rows]
         self._rowids = [row[1] for row in rows]
@@ -151,26 +158,41 @@ class ReplaySource:
         return self.snapshot_at(index)
 
     def snapshot_at(self, index: int) -> dict[str, Any]:
+        """The snapshot at this index; one that cannot be read (a damaged row) shows the last
+        one that could, rather than stopping the player."""
         with self._lock:
             cached = self._cache.get(index)
             if cached is not None:
                 self._cache.move_to_end(index)
                 return cached
-            row = self._conn.execute(
-                "SELECT zdict, data FROM snapshots WHERE rowid = ?", (self._rowids[index],)).fetchone()
-            if row is None:  # the recorder thinned old snapshots since the index was read
+            exists = self._conn.execute("SELECT 1 FROM snapshots WHERE rowid = ?", (self._rowids[index],)).fetchone()
+            if exists is None:  # the recorder thinned old snapshots since the index was read
                 self._read_index()
                 index = min(max(0, bisect.bisect_right(self.times, self._position()) - 1), len(self.times) - 1)
-                row = self._conn.execute(
-                    "SELECT zdict, data FROM snapshots WHERE rowid = ?", (self._rowids[index],)).fetchone()
-        zdict_id, blob = row
-        zdict = self._zdicts.get(zdict_id)
-        decompressor = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
-        snapshot = json.loads(decompressor.decompress(blob) + decompressor.flush())
+        snapshot = self._decode(self._rowids[index])
+        if snapshot is None:
+            return self._last_good or self._decode(self._rowids[0]) or {"gpus": [], "ranks": []}
         with self._lock:
             self._cache[index] = snapshot
+            self._last_good = snapshot
             while len(self._cache) > 8:
                 self._cache.popitem(last=False)
+        return snapshot
+
+    def _decode(self, rowid: int) -> dict[str, Any] | None:
+        """The snapshot in this row, or None if it is not one (bad zlib, JSON or shape)."""
+        with self._lock:
+            row = self._conn.execute("SELECT zdict, data FROM snapshots WHERE rowid = ?", (rowid,)).fetchone()
+        if row is None or not isinstance(row[1], bytes):
+            return None
+        zdict = self._zdicts.get(row[0])
+        try:
+            decompressor = zlib.decompressobj(zdict=zdict) if isinstance(zdict, bytes) else zlib.decompressobj()
+            snapshot = json.loads(decompressor.decompress(row[1], 256 * 1024**2) + decompressor.flush())
+        except (zlib.error, ValueError, RecursionError):
+            return None
+        if not isinstance(snapshot, dict) or not isinstance(snapshot.get("gpus"), list):
+            return None
         return snapshot
 
     def series(self, index: int, name: str) -> list[float | None]:
@@ -183,7 +205,7 @@ class ReplaySource:
                 f"SELECT {name} FROM gpu_samples WHERE gpu = ? AND t > ? AND t <= ? ORDER BY t",
                 (index, position - self.history_s, position),
             ).fetchall()
-        return [row[0] for row in rows]
+        return [value if isinstance(value, int | float) and math.isfinite(value) else None for value, in rows]
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]:
         return dict(READ_ONLY_REPLY)
@@ -193,10 +215,18 @@ class ReplaySource:
         until = self.position_s if until_s is None else until_s
         with self._lock:
             rows = self._conn.execute("SELECT t, kind, payload FROM events WHERE t <= ? ORDER BY t", (until,)).fetchall()
-        return [{"t": t, "kind": kind, "payload": json.loads(payload)} for t, kind, payload in rows]
+        return [{"t": t, "kind": str(kind), "payload": _payload(payload)} for t, kind, payload in rows]
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _payload(text: Any) -> Any:
+    """An event's JSON payload; text that is not JSON is kept as the text."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return {"text": str(text)}
 
 
 def _clock_text(seconds: float) -> str:

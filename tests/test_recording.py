@@ -18,12 +18,12 @@ import pytest
 from gpumix.hub import Hub
 from gpumix.recorder import (
     GPU_FIELDS,
-    LADDERS,
     Recorder,
     RecordingError,
-    downsample,
     open_for_writing,
     parse_size,
+    retention_bands,
+    thin,
 )
 from tests.conftest import ManualClock, ticked_hub
 from tests.recording_helpers import add_ranks, step_ranks
@@ -59,10 +59,10 @@ def test_round_trip(demo_hardware, clock: ManualClock, tmp_path: Path) -> None:
     last = hub.snapshot()
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    # 31 snapshots: 30 ticks, and the tick that shows the new cap at once
+    # 31 snapshots: 30 ticks, and the tick that shows the new cap at once (no new step: no rank rows)
     assert conn.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0] == 31
     assert conn.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0] == 310
-    assert conn.execute("SELECT COUNT(*) FROM rank_metrics").fetchone()[0] == 310
+    assert conn.execute("SELECT COUNT(*) FROM rank_metrics").fetchone()[0] == 300
     row = conn.execute(f"SELECT {', '.join(GPU_FIELDS)} FROM gpu_samples WHERE gpu = 3 ORDER BY t DESC LIMIT 1").fetchone()
     gpu3 = last["gpus"][3]
     for name, value in zip(GPU_FIELDS, row, strict=True):
@@ -119,7 +119,7 @@ def test_size_bound_downsamples_and_stays_under_budget(demo_hardware, clock: Man
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-def test_downsample_ladder_keeps_one_row_per_bucket(tmp_path: Path) -> None:
+def test_thinning_keeps_one_row_per_bucket(tmp_path: Path) -> None:
     conn = open_for_writing(tmp_path / "d.sqlite", 64 * 1024**2)
     now = 100_000.0
     rows = [(now - age, gpu) for age in range(7200) for gpu in range(2)]
@@ -127,7 +127,7 @@ def test_downsample_ladder_keeps_one_row_per_bucket(tmp_path: Path) -> None:
     conn.executemany("INSERT INTO gpu_samples (t, gpu) VALUES (?, ?)", rows)
     conn.execute("COMMIT")
     conn.execute("BEGIN")
-    downsample(conn, now, LADDERS[0])
+    thin(conn, 0.0, now - 3600, 10.0)
     conn.execute("COMMIT")
     for gpu in range(2):
         recent = conn.execute("SELECT COUNT(*) FROM gpu_samples WHERE gpu = ? AND t >= ?", (gpu, now - 3600)).fetchone()[0]
@@ -135,6 +135,17 @@ def test_downsample_ladder_keeps_one_row_per_bucket(tmp_path: Path) -> None:
                              (gpu, now - 3600)).fetchone()
         assert recent == 3601
         assert older[0] == pytest.approx(360, abs=1) and older[1:] == (10, 10)
+
+
+def test_retention_bands_double_in_length_and_resolution() -> None:
+    # the newest 300 s whole; then 300 s at 1 s, 600 s at 2 s, 1200 s at 4 s, ... back to the oldest
+    bands = retention_bands(now_s=10_000.0, oldest_s=0.0, whole_s=300.0, base_s=1.0)
+    assert bands[0] == (9400.0, 9700.0, 1.0) and bands[1] == (8800.0, 9400.0, 2.0)
+    assert [(end - start, res) for start, end, res in bands[:4]] == [(300, 1), (600, 2), (1200, 4), (2400, 8)]
+    assert bands[0][1] == 9700.0 and bands[-1][0] == 0.0
+    assert all(later[1] == earlier[0] for earlier, later in zip(bands, bands[1:], strict=False))
+    # rows per band: length / res, the same for each full band
+    assert {(end - start) / res for start, end, res in bands[:-1]} == {300.0}
 
 
 def test_a_slow_writer_drops_the_oldest_and_counts(tmp_path: Path) -> None:
