@@ -8,6 +8,7 @@ reconnects. Nothing here can raise into, block, or grow inside the training loop
 from __future__ import annotations
 
 import collections
+import select
 import socket
 import threading
 import time
@@ -20,6 +21,15 @@ QUEUE_MESSAGES = 1024
 SEND_TIMEOUT_S = 1.0  # a stopped hub fills the socket buffer: give up on it, don't wait
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
+
+
+def _closed_by_hub(sock: socket.socket) -> bool:
+    """The hub writes to an agent only to say why it closes the connection: readable means gone."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 class Sender:
@@ -68,6 +78,9 @@ class Sender:
                 self._wake.clear()
                 continue
             try:
+                if sock is not None and _closed_by_hub(sock):
+                    sock.close()  # idle past the hub's timeout: a send would vanish into a dead socket
+                    sock = None
                 if sock is None:
                     sock = self._connect()
                     backoff = BACKOFF_START_S

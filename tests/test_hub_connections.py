@@ -252,6 +252,36 @@ def test_an_idle_agent_is_closed_and_comes_back(demo_hardware: Any, folder: str,
         server.stop()
 
 
+def test_no_step_is_lost_to_an_idle_close(demo_hardware: Any, folder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over TCP the first step after an idle close once went into the dead socket: the send succeeds
+    locally, the hub's reset comes later, and the message is gone."""
+    server = start_server(demo_hardware, folder, agent_idle_timeout_s=0.3)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GPUMIX_TOKEN", TOKEN)
+    agent = Agent(address=f"tcp://127.0.0.1:{server.tcp_port}", job="idle-loss")
+
+    def rank() -> dict[str, Any]:
+        return next((r for r in server.hub.snapshot()["ranks"] if r["job"] == "idle-loss"), {})
+
+    def steps(losses: range) -> None:
+        for loss in losses:
+            with agent.step(samples=4) as step:
+                step.loss = float(loss)
+
+    try:
+        steps(range(3))
+        assert wait_until(lambda: rank().get("step") == 1)  # each step is sent when the next one ends
+        assert wait_until(lambda: rank().get("connected") is False)  # closed for silence
+        steps(range(3, 5))  # sends the step held back since before the close, then the next
+        assert wait_until(lambda: rank().get("step") == 3), rank()
+        assert rank()["loss_history"] == [0.0, 1.0, 2.0, 3.0]  # none lost in the dead socket
+        assert agent.sender.connects == 2 and agent.sender.dropped == 0
+    finally:
+        agent.close()
+        server.stop()
+
+
 # -- the log: a few lines per interval, a count of the rest, never a traceback ----------------------------
 
 
