@@ -235,7 +235,7 @@ def open_for_writing(path: str | Path, max_bytes: int) -> sqlite3.Connection:
         # the WAL counts toward the budget: checkpoint at a quarter of its reserve (a transaction
         # adds up to about as much again: each touches a few pages of every table and index)
         reserve = wal_reserve_bytes(max_bytes)
-        conn.execute(f"PRAGMA wal_autocheckpoint = {max(4, reserve // 4 // page_size)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {max(4, min(1000, reserve // 4 // page_size))}")
         conn.execute(f"PRAGMA journal_size_limit = {reserve}")
         conn.executescript(_SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
