@@ -35,15 +35,19 @@ def run_line(snapshot: dict[str, Any]) -> str:
     run = snapshot.get("run")
     if not run:
         return " no training ranks reporting (add gpumix.agent.start() to the training script)"
-    ranks = {rank["rank"]: rank for rank in snapshot["ranks"]}
+    # stragglers are rank numbers within the run's own job: look them up there (several jobs may report)
+    ranks = {rank["rank"]: rank for rank in snapshot["ranks"] if rank.get("job") == run.get("job")
+             and (run.get("job") is not None or rank.get("run_id") == run.get("run_id"))}
     tiers = {gpu["uuid"]: gpu["tier"] for gpu in snapshot["gpus"]}
     stragglers = run["stragglers"]
     who = ""
     if stragglers:
         names = sorted({fmt.plain(tiers.get(ranks[r]["gpu_uuid"], "?")) for r in stragglers if r in ranks})
         who = f" · straggler {','.join(map(fmt.plain, stragglers))} ({', '.join(names)})"
-    line = (f" {fmt.plain(run['ranks'])} ranks · step {fmt.fixed(run['step_time_s'], 3)}s"
-            f" · {fmt.fixed(run['samples_per_s'])} samples/s{who}")
+    others = len(snapshot.get("runs") or {}) - 1
+    job = f"{fmt.plain(run.get('job') or 'unnamed')}: " if others > 0 else ""
+    line = (f" {job}{fmt.plain(run['ranks'])} ranks · step {fmt.fixed(run['step_time_s'], 3)}s"
+            f" · {fmt.fixed(run['samples_per_s'])} samples/s{who}" + (f" · +{others} other jobs" if others > 0 else ""))
     busy = [f"{fmt.plain(job)}: {fmt.plain(status.get('message'))}" for job, status in snapshot.get("jobs", {}).items()
             if status.get("state") in ("stopping", "relaunching") or "aborted" in fmt.plain(status.get("message"))]
     return line + ("\n " + busy[0] if busy else "")
