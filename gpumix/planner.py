@@ -16,6 +16,15 @@ waits for the slowest one.) Communication: measured at the current split when
 the ranks report it (the step minus the slowest rank's compute), else a model
 of an all-reduce staged through host memory, 2(R-1)/R x gradient bytes over
 the slowest effective link (gpumix.sim.job_model).
+
+Bounds (the TUI and auto re-plan call this too, so a plan must never stall): a request is
+refused in one line (PlanError, a ValueError) when its global batch is outside 1..10**7, its
+gradient size is not finite and positive, its granularity exceeds the batch, it excludes ranks
+that do not exist or every rank, or a measurement is implausible (inf, nan, 1e30 samples).
+A rank accumulates at most MAX_ACCUMULATION_STEPS micro-batches unless the request says
+otherwise, so where memory is known it bounds the samples per rank. The search itself is
+bounded in moves, scanned values and dynamic-programming work, with SEARCH_LIMIT_S as a
+safety net.
 """
 
 from __future__ import annotations
