@@ -76,7 +76,11 @@ def export_parquet(recording: str | Path, out_dir: str | Path) -> dict[str, int]
         data = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
         types = {name: (pa.string() if name in ("uuid", "tier", "job", "gpu_uuid", "kind", "payload") else
                         pa.int64() if name in ("gpu", "rank") else pa.float64()) for name in columns}
-        arrow = pa.table({name: pa.array(values, type=types[name]) for name, values in data.items()})
+        try:
+            arrow = pa.table({name: pa.array(values, type=types[name]) for name, values in data.items()})
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):  # SQLite keeps any type in any column
+            raise RecordingError(f"{recording}: table {base.name} holds values of the wrong type"
+                                 " (a damaged recording; --csv writes them as they are)") from None
         pq.write_table(arrow, base.with_suffix(".parquet"))
         return len(rows)
 

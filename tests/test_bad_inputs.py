@@ -96,3 +96,18 @@ def test_recording_where_no_file_can_be_is_one_line(tmp_path: Path) -> None:
                            "--record", "/dev/null/x.db"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     lines = [line for line in done.stderr.splitlines() if "accelerator" not in line]
     assert done.returncode == 2 and lines == ["gpumix: cannot record to /dev/null/x.db: Not a directory"], done.stderr
+
+
+def test_parquet_export_of_a_value_of_the_wrong_type_is_one_line(demo_hardware, clock: ManualClock,
+                                                                   tmp_path: Path) -> None:
+    from gpumix.export import export_parquet
+
+    path = tmp_path / "rec.sqlite"
+    _, recorder = recorded_hub(demo_hardware, clock, path, ticks=3)
+    recorder.close()
+    conn = sqlite3.connect(path)  # SQLite keeps any type in any column: a damaged or hand-made file
+    conn.execute("UPDATE gpu_samples SET power_w = 'lots' WHERE rowid = (SELECT MIN(rowid) FROM gpu_samples)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(RecordingError, match=r"table gpu_samples holds values of the wrong type"):
+        export_parquet(path, tmp_path / "pq")
