@@ -193,6 +193,9 @@ class ReplaySource:
             return None
         if not isinstance(snapshot, dict) or not isinstance(snapshot.get("gpus"), list):
             return None
+        rows = [*snapshot["gpus"], *(snapshot.get("ranks") or [])]
+        if not isinstance(snapshot.get("ranks", []), list) or not all(isinstance(row, dict) for row in rows):
+            return None
         return snapshot
 
     def series(self, index: int, name: str) -> list[float | None]:
