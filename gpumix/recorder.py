@@ -78,6 +78,7 @@ RANK_FIELDS = (
 KEEP_WHOLE_S = 300.0
 FIRST_BASE_S = 1.0
 MIN_WHOLE_S = 0.01
+MAX_GROWTH = 2.0**21  # bands this much longer than the one before: one band of history, about
 COMPACT_AT = 0.9  # of the data budget: thin when the rows in use pass this
 COMPACT_TO = 0.7  # ... down to this
 EVENTS_SHARE = 0.25  # of the data budget: events past it lose their oldest
@@ -85,7 +86,7 @@ WAL_SHARE = 0.15  # of max_bytes: the WAL's reserve (checkpointed at half, cut b
 MAX_WAL_BYTES = 64 * 1024**2
 SHM_BLOCK_BYTES = 32 * 1024  # the WAL index grows in blocks of this per 4096 WAL frames
 SMALL_PAGE_BELOW = 64 * 1024**2  # budgets under this use 1 KiB pages: less per index and WAL frame
-MAX_BLOB_SHARE = 1 / 16  # of the data budget: a larger snapshot (or event) is not stored whole
+MAX_BLOB_SHARE = 1 / 16  # of the budget (and at most a quarter of the WAL reserve): a larger snapshot or event is not stored whole
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -267,16 +268,19 @@ def used_bytes(conn: sqlite3.Connection) -> int:
     return pages * conn.execute("PRAGMA page_size").fetchone()[0]
 
 
-def retention_bands(now_s: float, oldest_s: float, whole_s: float, base_s: float
+def retention_bands(now_s: float, oldest_s: float, whole_s: float, base_s: float, growth: float = 2.0
                     ) -> list[tuple[float, float, float]]:
     """(start, end, res): what thinning keeps of the data between oldest and now. Everything
-    newer than now - whole_s stays whole; the band [now - 2^(j+1) whole, now - 2^j whole) keeps
-    one row per base * 2^j seconds per series (per GPU, per rank, snapshots)."""
+    newer than now - whole_s stays whole; the band [now - g^(j+1) whole, now - g^j whole) keeps
+    one row per base * (g - 1) g^j seconds per series (per GPU, per rank, snapshots): with g = 2,
+    bands of doubling length at doubling resolution, each about whole / base rows. A larger
+    growth g makes fewer bands (for a budget that holds only a few rows of history)."""
     bands = []
-    end, length, res = now_s - whole_s, whole_s, base_s
+    end, length = now_s - whole_s, whole_s * (growth - 1)
+    res = base_s * (growth - 1)
     while end > oldest_s:
         bands.append((max(oldest_s, end - length), end, res))
-        end, length, res = end - length, length * 2, res * 2
+        end, length, res = end - length, length * growth, res * growth
     return bands
 
 
@@ -316,10 +320,13 @@ class Recorder:
         self._wall_clock = wall_clock
         self._conn = open_for_writing(self.path, self.max_bytes)
         page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
+        # The budget: the WAL's reserve, its index, one transaction's growth (the file grows by
+        # that much past the check that starts thinning), and the data.
         self.wal_bytes = wal_reserve_bytes(self.max_bytes)
-        self.data_bytes = self.max_bytes - self.wal_bytes - shm_reserve_bytes(self.max_bytes, page_size)
+        rest = self.max_bytes - self.wal_bytes - shm_reserve_bytes(self.max_bytes, page_size)
         self._commit_bytes = max(page_size, self.wal_bytes // 8)  # a transaction's payload, well inside the WAL
-        self._max_blob_bytes = int(self.data_bytes * MAX_BLOB_SHARE)
+        self._max_blob_bytes = int(min(self.wal_bytes / 4, rest * MAX_BLOB_SHARE))
+        self.data_bytes = rest - (self._commit_bytes + self._max_blob_bytes + 16 * page_size)
         self._queue: deque[tuple[Any, ...]] = deque()
         self._queue_size = queue_size
         self._cond = threading.Condition()
@@ -539,7 +546,8 @@ class Recorder:
     def compact(self, target_bytes: float | None = None) -> None:
         """Thin the data until the pages in use are under `target_bytes` (default 70 % of the
         data budget): the oldest events past their share first, then `retention_bands` with a
-        coarser base, then a shorter whole window; at the very end only the newest tick stays."""
+        coarser base, then fewer bands of history, then a shorter whole window; at the very end
+        only the first and the newest tick stay."""
         target = COMPACT_TO * self.data_bytes if target_bytes is None else target_bytes
         conn = self._conn
         now = conn.execute("SELECT MAX(t) FROM gpu_samples").fetchone()[0]
@@ -550,20 +558,23 @@ class Recorder:
         # from one step milder than last time: a steady stream does not start over at every compaction
         whole_s = min(self.keep_whole_s, 2 * self.kept.get("whole_s", self.keep_whole_s))
         base_s = max(FIRST_BASE_S, self.kept.get("base_s", FIRST_BASE_S) / 4)
+        growth = max(2.0, self.kept.get("growth", 2.0) / 4)
         while used_bytes(conn) > target:
             oldest = conn.execute("SELECT MIN(t) FROM gpu_samples").fetchone()[0]
-            for start, end, res in retention_bands(now, oldest, whole_s, base_s):
+            for start, end, res in retention_bands(now, oldest, whole_s, base_s, growth):
                 self._thin_in_slices(start, end, res)
             if used_bytes(conn) <= target:
                 break
             if base_s * 4 <= whole_s:
                 base_s *= 4  # older data coarser first ...
+            elif growth < MAX_GROWTH:
+                growth *= 4  # ... then fewer bands of it ...
             elif whole_s > MIN_WHOLE_S:
                 whole_s /= 2  # ... then fewer minutes whole
-            else:
-                self._in_slices(oldest, now, lambda a, b: self._delete_between(a, b))  # the newest tick alone
+            else:  # the first tick and the newest alone
+                self._in_slices(oldest, now, lambda a, b, first=oldest: self._delete_between(a, b, first))
                 break
-        self.kept = {"whole_s": whole_s, "base_s": base_s}
+        self.kept = {"whole_s": whole_s, "base_s": base_s, "growth": growth}
 
     def _thin_in_slices(self, start_s: float, end_s: float, res_s: float) -> None:
         self._in_slices(start_s, end_s, lambda a, b: thin(self._conn, start_s, end_s, res_s, part=(a, b)))
@@ -584,9 +595,9 @@ class Recorder:
             change(low, high)
             conn.execute("COMMIT")
 
-    def _delete_between(self, start_s: float, end_s: float) -> None:
+    def _delete_between(self, start_s: float, end_s: float, keep_s: float) -> None:
         for table in SERIES_KEYS:
-            self._conn.execute(f"DELETE FROM {table} WHERE t >= ? AND t < ?", (start_s, end_s))
+            self._conn.execute(f"DELETE FROM {table} WHERE t >= ? AND t < ? AND t != ?", (start_s, end_s, keep_s))
 
     def _trim_events(self) -> None:
         """Events are kept before data, up to EVENTS_SHARE of the budget: past it, the oldest go."""
