@@ -180,3 +180,46 @@ def test_a_budget_too_small_or_absurd_is_one_line(tmp_path: Path, max_bytes: int
 def test_sizes_that_are_no_size_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_size(text)
+
+
+@pytest.mark.slow
+def test_gpumix_hub_demo_records_into_300k(tmp_path: Path) -> None:
+    """The issue's case, for real: `gpumix hub --demo --record-max-size 300k` (the demo's snapshots
+    are large: processes, a job), sampled from outside while 20 s of ticks at 0.05 s go by."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from gpumix.hub.client import HubClient
+
+    path, sock = tmp_path / "demo.sqlite", str(tmp_path / "hub.sock")
+    budget = 300 * KIB
+    started_s = time.time()
+    child = subprocess.Popen([sys.executable, "-m", "gpumix.cli", "hub", "--demo", "--interval", "0.05", "--socket", sock,
+                              "--record", str(path), "--record-max-size", "300k"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parent.parent)
+    sampler = SizeSampler(path)
+    client = HubClient(sock, timeout_s=2.0)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the hub itself says 20 s went by
+            snapshot = client.snapshot() if os.path.exists(sock) else None
+            if snapshot is not None and snapshot["timestamp_s"] >= started_s + 20:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the demo hub did not run 20 s")
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(30) == 0, child.stderr.read()
+    finally:
+        sampler.stop()
+        if child.poll() is None:
+            child.kill()
+    assert sampler.peak_bytes <= budget, f"peak {sampler.peak_bytes} bytes over a budget of {budget}"
+    conn = sqlite3.connect(path)
+    oldest, newest = conn.execute("SELECT MIN(t), MAX(t) FROM gpu_samples").fetchone()
+    assert oldest <= started_s + 10 and newest >= started_s + 20  # it reaches back to the start
+    assert conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] > 0
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
