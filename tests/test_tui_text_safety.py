@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from gpumix.hub.ranks import parse_hello, parse_step
@@ -228,7 +228,11 @@ def test_issue_cases_show_as_plain_text() -> None:
     assert "1.7e+308" in screens["RanksScreen #0"] and "-1.7e+308" in screens["RanksScreen #1"]  # the loss
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# Each example drives a whole app over every screen (~15 s on a 2-core box): few examples, no explain
+# phase (it traces every line and, after a failure, ran for minutes), and room under the timeout.
+@pytest.mark.timeout(600)
+@settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(cases=st.lists(st.tuples(hostile_text, absurd_number), min_size=1, max_size=6))
 def test_random_text_and_numbers_on_every_screen(cases: list[Case]) -> None:
     assert_plain(asyncio.run(shown_everywhere(cases)))
