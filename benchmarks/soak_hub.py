@@ -277,7 +277,8 @@ def main() -> None:
     report = {
         "benchmark": "soak_hub",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "minutes": args.minutes,
         "counts": counts,
