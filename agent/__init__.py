@@ -28,7 +28,7 @@ _lock = threading.Lock()
 
 
 def _address() -> str:
-    from gpumix.paths import default_hub_address
+    from gpumix.wire.paths import default_hub_address
 
     return default_hub_address()
 

@@ -26,7 +26,7 @@ from gpumix.agent.lazy import LazyScalar, PinnedPool
 from gpumix.agent.restart import RestartControl
 from gpumix.agent.sender import Sender
 from gpumix.agent.values import Coerced, NotANumber, coerce, read
-from gpumix.run_plan import PLAN_ENV, RunPlan, load_plan
+from gpumix.wire.plan_file import PLAN_ENV, RunPlan, load_plan
 
 log = logging.getLogger("gpumix.agent")
 RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpumix.run_plan import CONTROL_DIR_ENV, RESUME_STEP_ENV, read_json, write_json
+from gpumix.wire.plan_file import CONTROL_DIR_ENV, RESUME_STEP_ENV, read_json, write_json
 
 log = logging.getLogger("gpumix.agent")
 DECISION_TIMEOUT_S = 300.0

@@ -39,12 +39,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix import protocol
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubServer
-from gpumix.hw.open import simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
+from gpumix.wire import protocol
 
 GOAL_INGEST_PER_S = 20_000
 GOAL_P99_MS = 100.0

@@ -35,10 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gpumix.cli.hardware import simulated_hardware  # noqa: E402
 from gpumix.hub import Hub  # noqa: E402
-from gpumix.hw.open import simulated_hardware  # noqa: E402
-from gpumix.prometheus import MetricsServer  # noqa: E402
-from gpumix.recorder import Recorder, file_bytes  # noqa: E402
+from gpumix.record.prometheus import MetricsServer  # noqa: E402
+from gpumix.record.recorder import Recorder, file_bytes  # noqa: E402
 from gpumix.sim.rig import load_builtin_rig  # noqa: E402
 from tests.conftest import FixedHostSampler, ManualClock  # noqa: E402
 from tests.recording_helpers import add_ranks, step_ranks  # noqa: E402
@@ -97,14 +97,14 @@ def one_hour(path: Path) -> dict[str, float]:
 LOAD_CODE = """
 import time, sys
 t0 = time.perf_counter()
-from gpumix.replay import ReplaySource
+from gpumix.record.replay import ReplaySource
 s = ReplaySource(sys.argv[1]); s.snapshot()
 print(time.perf_counter() - t0)
 """
 
 RENDER_CODE = """
 import asyncio, sys
-from gpumix.replay import ReplaySource
+from gpumix.record.replay import ReplaySource
 from gpumix.tui.replay import ReplayApp
 async def main():
     app = ReplayApp(ReplaySource(sys.argv[1]))

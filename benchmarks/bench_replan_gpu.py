@@ -33,13 +33,13 @@ from typing import Any
 
 from competitor import COMPETITOR  # benchmarks/ is on sys.path for a script there
 
-from gpumix.auto_replan import CHECK_S, AutoReplan
+from gpumix.cli.hardware import open_hardware
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
-from gpumix.hw.open import open_hardware
-from gpumix.plan_inputs import plan_from_snapshot
-from gpumix.planner import plan_to_json
-from gpumix.supervisor import Supervisor
+from gpumix.plan.inputs import plan_from_snapshot
+from gpumix.plan.planner import plan_to_json
+from gpumix.run.auto_replan import CHECK_S, AutoReplan
+from gpumix.run.supervisor import Supervisor
 
 ROOT = Path(__file__).parents[1]
 JOB = "bench"

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix.hub.node import start_node
-from gpumix.hw.open import open_hardware
-from gpumix.plan_inputs import plan_from_snapshot
-from gpumix.planner import plan_to_json
+from gpumix.cli.hardware import open_hardware
+from gpumix.cli.node import start_node
+from gpumix.plan.inputs import plan_from_snapshot
+from gpumix.plan.planner import plan_to_json
 from gpumix.sim import job_model
 from gpumix.sim.machine import effective_link_bytes_per_s
 from gpumix.sim.rig import load_builtin_rig

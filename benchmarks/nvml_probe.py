@@ -347,7 +347,7 @@ def under_load(backend: Any, machine: Any, kind: str, seconds: float, device: st
 
 
 def probe(args: argparse.Namespace) -> dict[str, Any]:
-    from gpumix.hw.open import open_hardware
+    from gpumix.cli.hardware import open_hardware
 
     hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     backend = hardware.backend

@@ -38,8 +38,8 @@ from typing import Any
 
 import psutil
 
-from gpumix import protocol
 from gpumix.hub.client import HubClient
+from gpumix.wire import protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 GOALS = {"rss_growth_mb": 20.0, "snapshot_bytes": 1_000_000, "client_p99_ms": 100.0, "lost_steps": 0}
@@ -205,7 +205,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gpumix-soak-"))
     path = str(tmp / "hub.sock")
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp), "XDG_STATE_HOME": str(tmp), "XDG_RUNTIME_DIR": str(tmp)}
-    hub_cmd = [sys.executable, "-m", "gpumix.cli", "hub", "--sim", "mixed-10", "--socket", path,
+    hub_cmd = [sys.executable, "-m", "gpumix.cli.main", "hub", "--sim", "mixed-10", "--socket", path,
                "--tcp", "127.0.0.1:0"]
     if args.retention_minutes is not None:
         hub_cmd += ["--retention-minutes", str(args.retention_minutes)]

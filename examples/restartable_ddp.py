@@ -25,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 import gpumix.agent
 from gpumix.agent.batch_split import GlobalBatchSampler, split_micro_batches
 from gpumix.agent.ddp import watch_ddp
-from gpumix.run_plan import RunPlan
+from gpumix.wire.plan_file import RunPlan
 
 
 def build_model(hidden: int, layers: int) -> torch.nn.Sequential:

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from gpumix.host import HostSample, HostSampler, ProcessSample
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
-from gpumix.hw.open import Hardware, simulated_hardware
+from gpumix.hw.hardware import Hardware
+from gpumix.hw.host import HostSample, HostSampler, ProcessSample
 from gpumix.sim.rig import load_builtin_rig
 from tests.skips import ALLOWED_SKIPS, unlisted
 

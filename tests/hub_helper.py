@@ -11,9 +11,9 @@ import signal
 import sys
 import threading
 
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
-from gpumix.hw.open import simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
 
 

@@ -10,9 +10,9 @@ import sqlite3
 import sys
 import time
 
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
-from gpumix.hw.open import simulated_hardware
-from gpumix.recorder import Recorder
+from gpumix.record.recorder import Recorder
 from gpumix.sim.rig import load_builtin_rig
 
 

@@ -11,23 +11,23 @@ from typing import Any
 
 import pytest
 
-from gpumix.advisor import (
+from gpumix.advice.advisor import (
     DEFAULT_4090_P2P_MIN_DRIVER,
     AdvisorSettings,
     Finding,
     exit_code,
     findings,
 )
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.ranks import parse_hello, parse_step
-from gpumix.hw.open import simulated_hardware
+from gpumix.power.tiers import OPTIONS_STRAGGLER, OPTIONS_UNDERUSED, tier_table
 from gpumix.sim.machine import GpuActivity
 from gpumix.sim.rig import load_rig
-from gpumix.tiers import OPTIONS_STRAGGLER, OPTIONS_UNDERUSED, tier_table
 from tests.conftest import ManualClock, ticked_hub
 
 RIGS = Path(__file__).parent / "rigs"
-TOOL = [sys.executable, "-m", "gpumix.cli"]
+TOOL = [sys.executable, "-m", "gpumix.cli.main"]
 GOOD_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
 
 

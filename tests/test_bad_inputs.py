@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpumix.export import export_csv
-from gpumix.recorder import Recorder, RecordingError
-from gpumix.replay import ReplaySource
+from gpumix.record.export import export_csv
+from gpumix.record.recorder import Recorder, RecordingError
+from gpumix.record.replay import ReplaySource
 from tests.conftest import ManualClock
 from tests.test_recording import recorded_hub
 
@@ -60,7 +60,7 @@ def test_export_and_replay_of_a_bad_recording_raise_one_line(tmp_path: Path, cas
 @pytest.mark.parametrize("case", ["meta only", "schema 99"])
 def test_the_commands_say_one_line_and_exit_2(tmp_path: Path, case: str) -> None:
     path, says = bad_recordings(tmp_path)[case]
-    for command in ([sys.executable, "-m", "gpumix.cli", "export", str(path), "--csv", str(tmp_path / "out")],
+    for command in ([sys.executable, "-m", "gpumix.cli.main", "export", str(path), "--csv", str(tmp_path / "out")],
                     [sys.executable, "-c", "import sys; from gpumix.tui.main import main; sys.exit(main(sys.argv[1:]))",
                      "--replay", str(path)]):
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -92,7 +92,7 @@ def test_recording_where_no_file_can_be_is_one_line(tmp_path: Path) -> None:
         Recorder(meta_only(tmp_path / "v99.db", "99"))  # and the file is left as it was
     assert [name for name, in sqlite3.connect(tmp_path / "v99.db").execute("SELECT name FROM sqlite_master"
                                                                            " WHERE type = 'table'")] == ["meta"]
-    done = subprocess.run([sys.executable, "-m", "gpumix.cli", "hub", "--demo", "--socket", str(tmp_path / "h.sock"),
+    done = subprocess.run([sys.executable, "-m", "gpumix.cli.main", "hub", "--demo", "--socket", str(tmp_path / "h.sock"),
                            "--record", "/dev/null/x.db"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     lines = [line for line in done.stderr.splitlines() if "accelerator" not in line]
     assert done.returncode == 2 and lines == ["gpumix: cannot record to /dev/null/x.db: Not a directory"], done.stderr
@@ -100,7 +100,7 @@ def test_recording_where_no_file_can_be_is_one_line(tmp_path: Path) -> None:
 
 def test_parquet_export_of_a_value_of_the_wrong_type_is_one_line(demo_hardware, clock: ManualClock,
                                                                    tmp_path: Path) -> None:
-    from gpumix.export import export_parquet
+    from gpumix.record.export import export_parquet
 
     path = tmp_path / "rec.sqlite"
     _, recorder = recorded_hub(demo_hardware, clock, path, ticks=3)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 TOP = [sys.executable, "-m", "gpumix.tui.main"]
-TOOL = [sys.executable, "-m", "gpumix.cli"]
+TOOL = [sys.executable, "-m", "gpumix.cli.main"]
 
 
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:

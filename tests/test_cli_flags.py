@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gpumix import cli
-from gpumix.power import audit_log_path
+from gpumix.cli import main as cli
+from gpumix.power.caps import audit_log_path
 from gpumix.tui import main as top
 
-TOOL = [sys.executable, "-m", "gpumix.cli"]
+TOOL = [sys.executable, "-m", "gpumix.cli.main"]
 TOP = [sys.executable, "-m", "gpumix.tui.main"]
 RIG = str(Path(__file__).parents[1] / "gpumix" / "rigs" / "mixed10.toml")
 
@@ -289,8 +289,8 @@ def test_hub_allow_group_opens_the_socket_to_that_group(tmp_path: Path) -> None:
 def test_hub_retention_flag_reaches_the_hub(tmp_path: Path) -> None:
     import socket
 
-    from gpumix import protocol
     from gpumix.hub.client import HubClient
+    from gpumix.wire import protocol
     from tests.conftest import wait_until
 
     socket_path = str(tmp_path / "h.sock")
@@ -314,7 +314,7 @@ def test_hub_retention_flag_reaches_the_hub(tmp_path: Path) -> None:
 
 
 def test_run_kill_grace_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpumix.supervisor
+    import gpumix.run.supervisor
 
     given: dict[str, object] = {}
 
@@ -328,7 +328,7 @@ def test_run_kill_grace_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) 
         def stop(self) -> None:
             pass
 
-    monkeypatch.setattr(gpumix.supervisor, "Supervisor", Recording)
+    monkeypatch.setattr(gpumix.run.supervisor, "Supervisor", Recording)
     monkeypatch.setattr(cli.signal, "signal", lambda *_: None)  # keep pytest's own Ctrl+C handler
     assert cli.main(["run", "--kill-grace", "2.5", "--", "true"]) == 0
     assert given["kill_grace_s"] == 2.5

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumix.compute_curve import ComputeCurve
+from gpumix.model.compute_curve import ComputeCurve
 
 
 def test_one_point_is_proportional() -> None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpumix.deepspeed_plan import common_accumulation, deepspeed_split, write_configs
+from gpumix.plan.deepspeed import common_accumulation, deepspeed_split, write_configs
 
 ROOT = Path(__file__).parents[1]
 

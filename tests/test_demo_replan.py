@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from textual.widgets import Static
 
-from gpumix.hub.node import start_node
-from gpumix.hw.open import open_hardware
+from gpumix.cli.hardware import open_hardware
+from gpumix.cli.node import start_node
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.plan_screen import PlanScreen
 from tests.screen import screen_text

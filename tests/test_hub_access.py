@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from gpumix import auth, protocol
-from gpumix.cli_common import OneLineParser
-from gpumix.cli_remote import access_settings, add_access_flags
+from gpumix.cli.common import OneLineParser
+from gpumix.cli.remote import access_settings, add_access_flags
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubServer
-from gpumix.power import PRIVILEGE_HINT, PowerController
+from gpumix.power.caps import PRIVILEGE_HINT, PowerController
+from gpumix.wire import auth, protocol
 from tests.conftest import FixedHostSampler, wait_until
 
 NOGROUP = grp.getgrnam("nogroup").gr_gid if "nogroup" in {g.gr_name for g in grp.getgrall()} else 65534

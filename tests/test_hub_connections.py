@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from gpumix import protocol
 from gpumix.agent import Agent
 from gpumix.hub import Hub
 from gpumix.hub import server as server_module
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import LOG_LINES_PER_INTERVAL, HubServer, RateLimitedLog
+from gpumix.wire import protocol
 from tests.conftest import FixedHostSampler, wait_until
 
 TOKEN = "ef" * 32
@@ -35,7 +35,7 @@ import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
-from gpumix.hw.open import simulated_hardware
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
 hub = Hub(simulated_hardware(load_builtin_rig("mixed-10")), interval_s=0.5)
 hub.tick()

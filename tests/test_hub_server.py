@@ -18,14 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpumix import protocol
 from gpumix.agent import Agent
-from gpumix.history import HISTORY_FIELDS
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
+from gpumix.hub.history import HISTORY_FIELDS
 from gpumix.hub.server import HubAlreadyRunning, HubServer
-from gpumix.hw.open import simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
+from gpumix.wire import protocol
 from tests.conftest import FixedHostSampler, wait_until
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from gpumix import protocol
 from gpumix.hub import Hub
 from gpumix.hub import core as hub_core
 from gpumix.hub.client import HubClient
@@ -39,6 +38,7 @@ from gpumix.hub.ranks import (
     parse_transport,
 )
 from gpumix.hub.server import HubServer
+from gpumix.wire import protocol
 from tests.conftest import FixedHostSampler, ManualClock, wait_until
 
 # -- helpers ---------------------------------------------------------------------------------------

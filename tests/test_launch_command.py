@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpumix.hub.ranks import parse_hello, parse_step
-from gpumix.launch_command import with_process_count
-from gpumix.run_plan import RunPlan
-from gpumix.supervisor import Supervisor
+from gpumix.run.launch_command import with_process_count
+from gpumix.run.supervisor import Supervisor
+from gpumix.wire.plan_file import RunPlan
 from tests.test_restart import LEAVE_RANK_2_OUT
 
 

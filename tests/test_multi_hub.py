@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.multi import MultiHubSource
 from gpumix.hub.ranks import parse_hello, parse_step
 from gpumix.hub.server import HubServer
-from gpumix.hw.open import simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
 from tests.conftest import FixedHostSampler
 

@@ -9,13 +9,13 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpumix.advisor import findings
+from gpumix.advice.advisor import findings
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hw.nvml_backend import NvmlBackend
-from gpumix.hw.open import simulated_hardware
+from gpumix.hw.topology import topology_text
 from gpumix.sim.machine import SimMachine
 from gpumix.sim.nvml import SimHandle, SimNvml
 from gpumix.sim.rig import RigError, parse_rig
-from gpumix.topology import topology_text
 from tests.conftest import ManualClock, ticked_hub
 
 BRIDGED = """

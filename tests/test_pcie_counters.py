@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumix.hw.open import simulated_hardware
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.sim.machine import GpuActivity
 from gpumix.sim.rig import load_builtin_rig
 from tests.conftest import ManualClock

@@ -11,7 +11,7 @@ import pytest
 
 from gpumix.hub import Hub
 from gpumix.hub.ranks import MEDIAN_WINDOW, POINT_MAX_AGE_S, parse_hello, parse_step
-from gpumix.plan_inputs import measured_comm_s, measures, plan_from_snapshot
+from gpumix.plan.inputs import measured_comm_s, measures, plan_from_snapshot
 from tests.conftest import ManualClock
 
 GIB = 1024**3
@@ -111,7 +111,7 @@ def test_a_rank_that_only_waits_is_fast_but_not_infinitely(demo_hub: Hub) -> Non
 
 
 def test_auto_replan_proposes_when_due_and_warmed_up(demo_hub: Hub) -> None:
-    from gpumix.auto_replan import CHECK_S, AutoReplan
+    from gpumix.run.auto_replan import CHECK_S, AutoReplan
 
     snapshot = straggling_job(demo_hub)
     auto = AutoReplan(min_speedup=1.5, max_restarts=1, settle_steps=20)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumix.planner import (
+from gpumix.plan.planner import (
     MAX_ACCUMULATION_STEPS,
     MAX_GLOBAL_BATCH,
     CommModel,

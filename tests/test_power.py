@@ -16,17 +16,17 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpumix.auth import uid_label
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.controls import power_control
 from gpumix.hub.server import HubServer
+from gpumix.hw.hardware import Hardware
 from gpumix.hw.nvml_backend import NvmlBackend
-from gpumix.hw.open import Hardware
-from gpumix.power import PowerController, PowerError, audit_log_path
+from gpumix.power.caps import PowerController, PowerError, audit_log_path
 from gpumix.sim.machine import SimMachine
 from gpumix.sim.nvml import SimHandle, SimNvml
 from gpumix.sim.rig import load_builtin_rig
+from gpumix.wire.auth import uid_label
 from tests.conftest import ManualClock, ticked_hub
 
 SET = "nvmlDeviceSetPowerManagementLimit"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpumix.hub import Hub
 from gpumix.hub.ranks import parse_hello, parse_step
-from gpumix.power_budget import BudgetError, GpuPower, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import BudgetError, GpuPower, fit_to_budget, gpu_power_from_snapshot
 from gpumix.sim.job_model import power_factor
 
 # mixed-10: (tier, default W, min W, max W, compute s per step at the default cap: slow 3060s, fast 4090s)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpumix.power import audit_log_path
+from gpumix.power.caps import audit_log_path
 
-TOOL = [sys.executable, "-m", "gpumix.cli"]
+TOOL = [sys.executable, "-m", "gpumix.cli.main"]
 RIG = str(Path(__file__).parents[1] / "gpumix" / "rigs" / "mixed10.toml")  # the demo rig, without the demo job
 
 

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpumix.hub import Hub
 from gpumix.hub.ranks import parse_step
-from gpumix.prometheus import ListenError, MetricsServer, parse_listen
+from gpumix.record.prometheus import ListenError, MetricsServer, parse_listen
 from tests.recording_helpers import add_ranks, step_ranks
 
 
@@ -88,7 +88,7 @@ def test_listen_address_parsing() -> None:
 
 
 def test_public_address_without_the_flag_is_refused_in_one_line(capsys) -> None:
-    from gpumix.cli import main
+    from gpumix.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["hub", "--demo", "--prometheus", "0.0.0.0:9400"])

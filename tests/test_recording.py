@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpumix.hub import Hub
-from gpumix.recorder import (
+from gpumix.record.recorder import (
     GPU_FIELDS,
     Recorder,
     RecordingError,
@@ -179,7 +179,7 @@ def test_sigkilled_recorder_loses_at_most_a_second(tmp_path: Path) -> None:
     finally:
         if child.poll() is None:
             child.kill()
-    from gpumix.replay import ReplaySource
+    from gpumix.record.replay import ReplaySource
 
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -194,7 +194,7 @@ def test_sigkilled_recorder_loses_at_most_a_second(tmp_path: Path) -> None:
 
 
 def test_export_csv_and_parquet(demo_hardware, clock: ManualClock, tmp_path: Path, capsys) -> None:
-    from gpumix.cli import main
+    from gpumix.cli.main import main
 
     path = tmp_path / "rec.sqlite"
     hub, recorder = recorded_hub(demo_hardware, clock, path, ticks=5)
@@ -221,7 +221,7 @@ def test_export_csv_and_parquet(demo_hardware, clock: ManualClock, tmp_path: Pat
 
 
 def test_export_of_a_missing_file_is_one_line(tmp_path: Path, capsys) -> None:
-    from gpumix.cli import main
+    from gpumix.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["export", str(tmp_path / "nope.sqlite"), "--csv", str(tmp_path / "out")])
@@ -246,7 +246,7 @@ def test_gpumix_hub_records_and_serves_metrics(tmp_path: Path) -> None:
     path = tmp_path / "hub.sqlite"
     rig = ROOT / "gpumix" / "rigs" / "mixed10.toml"
     child = subprocess.Popen(
-        [sys.executable, "-m", "gpumix.cli", "hub", "--sim", str(rig), "--interval", "0.2",
+        [sys.executable, "-m", "gpumix.cli.main", "hub", "--sim", str(rig), "--interval", "0.2",
          "--socket", str(tmp_path / "hub.sock"), "--record", str(path), "--prometheus", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:

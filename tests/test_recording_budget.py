@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
-from gpumix.hw.open import simulated_hardware
-from gpumix.recorder import KEEP_WHOLE_S, Recorder, RecordingError, parse_size
+from gpumix.record.recorder import KEEP_WHOLE_S, Recorder, RecordingError, parse_size
 from gpumix.sim.rig import load_builtin_rig
 from tests.conftest import FixedHostSampler, ManualClock
 from tests.recording_helpers import add_ranks, step_ranks
@@ -196,7 +196,7 @@ def test_gpumix_hub_demo_records_into_300k(tmp_path: Path) -> None:
     path, sock = tmp_path / "demo.sqlite", str(tmp_path / "hub.sock")
     budget = 300 * KIB
     started_s = time.time()
-    child = subprocess.Popen([sys.executable, "-m", "gpumix.cli", "hub", "--demo", "--interval", "0.05", "--socket", sock,
+    child = subprocess.Popen([sys.executable, "-m", "gpumix.cli.main", "hub", "--demo", "--interval", "0.05", "--socket", sock,
                               "--record", str(path), "--record-max-size", "300k"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                              cwd=Path(__file__).resolve().parent.parent)

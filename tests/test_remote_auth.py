@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from gpumix import auth, protocol
 from gpumix.agent import Agent
-from gpumix.cli_remote import tcp_settings
+from gpumix.cli.remote import tcp_settings
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubServer
+from gpumix.wire import auth, protocol
 from tests.conftest import FixedHostSampler, wait_until
 
 TOKEN = "ab" * 32

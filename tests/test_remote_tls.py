@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from gpumix import auth
-from gpumix.cli_remote import tcp_settings
+from gpumix.cli.remote import tcp_settings
 from gpumix.hub import Hub
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import HubServer
+from gpumix.wire import auth
 from tests.conftest import FixedHostSampler, wait_until
 from tests.test_remote_auth import TOKEN, assert_agent_reports, tcp_args
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpumix.hub import jobs
-from gpumix.supervisor import Supervisor
+from gpumix.run.supervisor import Supervisor
 from tests.conftest import wait_until
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumix.replay import ReplaySource
+from gpumix.record.replay import ReplaySource
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.replay import ReplayApp
 from tests.conftest import ManualClock
@@ -112,7 +112,7 @@ def test_replay_of_something_else_is_one_line(tmp_path: Path, capsys) -> None:
 
 
 def test_a_recording_still_being_written_is_followed(demo_hardware, clock: ManualClock, tmp_path: Path) -> None:
-    from gpumix.replay import REFRESH_S
+    from gpumix.record.replay import REFRESH_S
 
     path = tmp_path / "live.sqlite"
     hub, recorder = recorded_hub(demo_hardware, clock, path, ticks=10)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from gpumix.agent.batch_split import GlobalBatchSampler
-from gpumix.auto_replan import AutoReplan
 from gpumix.hub import Hub
-from gpumix.supervisor import Supervisor
+from gpumix.run.auto_replan import AutoReplan
+from gpumix.run.supervisor import Supervisor
 from tests.conftest import wait_until
 
 torch = pytest.importorskip("torch")

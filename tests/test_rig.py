@@ -154,7 +154,7 @@ def test_gpumix_topo_with_a_bad_rig_is_one_line_and_exit_2(tmp_path: Path, conte
 
     rig = tmp_path / "bad.toml"
     rig.write_bytes(content)
-    done = subprocess.run([sys.executable, "-m", "gpumix.cli", "topo", "--sim", str(rig)],
+    done = subprocess.run([sys.executable, "-m", "gpumix.cli.main", "topo", "--sim", str(rig)],
                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if "accelerator" not in line]  # deepspeed's import note

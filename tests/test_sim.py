@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from gpumix.hw.open import simulated_hardware
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.sim import job_model
 from gpumix.sim.machine import GpuActivity, SimMachine
 from gpumix.sim.nvml import SimHandle, SimNvml

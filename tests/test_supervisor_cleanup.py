@@ -22,7 +22,7 @@ import pytest
 
 from gpumix.hub import jobs
 from gpumix.hub.core import SUPERVISOR_TIMEOUT_S
-from gpumix.supervisor import Supervisor
+from gpumix.run.supervisor import Supervisor
 from tests.conftest import ticked_hub, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ time.sleep(600)
 # argv: hub socket, job folder, control folder: a supervisor in its own process, to be SIGKILLed
 SUPERVISOR = r"""
 import sys
-from gpumix.supervisor import Supervisor
+from gpumix.run.supervisor import Supervisor
 hub, folder, control = sys.argv[1:4]
 job = [sys.executable, "-c", sys.argv[4], folder]
 supervisor = Supervisor(job, "cleanup", hub=hub, control_dir=__import__("pathlib").Path(control), kill_grace_s=1.0)

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub.ranks import parse_hello, parse_step
-from gpumix.hw.open import simulated_hardware
 from gpumix.sim.rig import load_builtin_rig
 from gpumix.tui import format as fmt
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen

@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
-from gpumix.history import HISTORY_FIELDS
+from gpumix.hub.history import HISTORY_FIELDS
 from gpumix.tui import format as fmt
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.gpu_table import GpuTable
@@ -303,8 +303,8 @@ class GpumixApp(App[None]):
     def _plan_json(self, snapshot: dict[str, Any], job: str | None = None,
                    exclude: frozenset[int] = frozenset()) -> dict[str, Any] | None:
         """The planner's JSON for the job, or None after saying why not (on a worker thread)."""
-        from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
-        from gpumix.planner import plan_to_json
+        from gpumix.plan.inputs import PlanInputError, plan_from_snapshot
+        from gpumix.plan.planner import plan_to_json
 
         try:
             job, plan = plan_from_snapshot(snapshot, job, exclude=exclude)

@@ -7,8 +7,8 @@ import sys
 import time
 from typing import Any
 
-from gpumix import __version__, auth
-from gpumix.cli_common import (
+from gpumix import __version__
+from gpumix.cli.common import (
     DEFAULT_RETENTION_MINUTES,
     MAX_HISTORY_MINUTES,
     MAX_INTERVAL_S,
@@ -19,15 +19,15 @@ from gpumix.cli_common import (
     fail,
     positive_float,
 )
-from gpumix.cli_recording import add_record_flags, resolve_record_flags, start_recording
+from gpumix.cli.hardware import RigError, open_hardware
+from gpumix.cli.node import Node, demo_socket_path, start_node
+from gpumix.cli.recording import add_record_flags, resolve_record_flags, start_recording
 from gpumix.hub.client import HubClient
-from gpumix.hub.node import Node, demo_socket_path, start_node
 from gpumix.hub.server import HubAlreadyRunning, hub_answers
-from gpumix.hw.open import open_hardware
 from gpumix.hw.types import NoDriverError
-from gpumix.paths import default_hub_address
-from gpumix.sim.rig import RigError
 from gpumix.tui.remote import add_hub_flags, failure_reason, open_source, print_snapshot
+from gpumix.wire import auth
+from gpumix.wire.paths import default_hub_address
 
 PROG = "gpumix-top"
 DEFAULT_HISTORY_MINUTES = 10.0

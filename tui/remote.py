@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
-from gpumix import auth
-from gpumix.cli_common import OneLineParser, fail
+from gpumix.cli.common import OneLineParser, fail
 from gpumix.hub.client import HubClient
 from gpumix.hub.multi import MultiHubSource
+from gpumix.wire import auth
 
 NODE_TIMEOUT_S = 2.0  # a node that does not answer in this time shows as unreachable, the others go on
 

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
 
-from gpumix.replay import ReplaySource
+from gpumix.record.replay import ReplaySource
 from gpumix.tui.app import GpumixApp
 
 REPLAY_POLL_S = 0.25  # the screen follows the replay at 4 Hz whatever its speed
@@ -81,8 +81,8 @@ class ReplayApp(GpumixApp):
 
 def run_replay(prog: str, args: Any) -> int:
     """`gpumix-top --replay FILE`: one line and exit 2 if the file is not a recording."""
-    from gpumix.cli_common import fail
-    from gpumix.recorder import RecordingError
+    from gpumix.cli.common import fail
+    from gpumix.record.recorder import RecordingError
 
     if args.once or args.record:
         fail(prog, "--replay shows a recording interactively: it takes neither --once nor --record")

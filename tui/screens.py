@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
-from gpumix.topology import topology_text
+from gpumix.hw.topology import topology_text
 from gpumix.tui import format as fmt
 
 HELP_TEXT = """\

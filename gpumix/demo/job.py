@@ -1,6 +1,6 @@
 """The demo job on a simulated machine: launched under the real supervisor, paced by the job model.
 
-`DemoJob` runs `python -m gpumix.demo.launch` under `gpumix.supervisor.Supervisor`
+`DemoJob` runs `python -m gpumix.demo.launch` under `gpumix.run.supervisor.Supervisor`
 (what `gpumix run` does), so re-planning the demo goes through the same restart
 protocol as a real job. On the hub's side, each tick sets the simulated GPUs'
 activity from what the ranks report (their share of the batch, their pids).
@@ -13,9 +13,9 @@ import threading
 
 from gpumix.demo.launch import SAMPLES_PER_RANK
 from gpumix.hub.core import Hub
+from gpumix.run.supervisor import Supervisor
 from gpumix.sim import job_model
 from gpumix.sim.machine import GpuActivity, SimMachine, activity_for_step
-from gpumix.supervisor import Supervisor
 
 JOB = "demo"
 

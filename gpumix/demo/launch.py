@@ -19,10 +19,10 @@ import signal
 import time
 
 from gpumix.hub.client import HubClient
-from gpumix.run_plan import RunPlan, load_plan
 from gpumix.sim import job_model
 from gpumix.sim.machine import effective_link_bytes_per_s
 from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig, load_rig
+from gpumix.wire.plan_file import RunPlan, load_plan
 
 SAMPLES_PER_RANK = 64  # the equal split a user starts with
 PACE_PERIOD_S = 1.0

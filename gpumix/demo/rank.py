@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix.run_plan import RankShare
 from gpumix.sim.job_model import GRADIENT_BYTES
+from gpumix.wire.plan_file import RankShare
 
 DATA_WAIT_S = 0.004
 

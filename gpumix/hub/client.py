@@ -15,7 +15,7 @@ import ssl
 import threading
 from typing import Any
 
-from gpumix import auth, protocol
+from gpumix.wire import auth, protocol
 
 REPLY_TYPES = {"snapshot", "series", "power_result", "replan_result", "supervisor_work", "error"}
 TLS_RECORD_STARTS = (b"\x15\x03", b"\x16\x03")  # a TLS alert or handshake record where a frame was due

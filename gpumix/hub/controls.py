@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumix.power import AuditUser, PowerChange, PowerController, PowerError, check_cap
-from gpumix.power_budget import BudgetError, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import BudgetError, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.caps import AuditUser, PowerChange, PowerController, PowerError, check_cap
 
 POWER_ACTIONS = {"set", "reset", "fit", "caps"}
 

@@ -10,9 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpumix.advisor import AdvisorSettings, findings
-from gpumix.history import GpuHistory
-from gpumix.host import HostSampler
+from gpumix.advice.advisor import AdvisorSettings, findings
+from gpumix.hub.history import GpuHistory
 from gpumix.hub.ranks import (
     RankStream,
     bound_detail,
@@ -22,12 +21,14 @@ from gpumix.hub.ranks import (
     rank_summary,
     runs_summary,
 )
-from gpumix.hw.open import Hardware
+from gpumix.hub.snapshot import build_snapshot
+from gpumix.hw.hardware import Hardware
+from gpumix.hw.host import HostSampler
 from gpumix.hw.types import P2PLink
-from gpumix.power import PowerController
-from gpumix.protocol import ProtocolError
-from gpumix.snapshot import build_snapshot, job_label
-from gpumix.tiers import tier_table
+from gpumix.power.caps import PowerController
+from gpumix.power.tiers import tier_table
+from gpumix.wire.jobs import job_label
+from gpumix.wire.protocol import ProtocolError
 
 StreamKey = tuple[str | None, str | None, int]  # (job, run id, rank): one rank of one launch
 RankKey = tuple[str | None, str | None, int, int]  # an agent's connection: its stream's key and a serial
@@ -207,7 +208,7 @@ class Hub:
         from collections import deque
 
         from gpumix.hub import jobs
-        from gpumix.run_plan import RunPlan
+        from gpumix.wire.plan_file import RunPlan
 
         with self._lock:
             status = dict(self._jobs.get(job) or {})

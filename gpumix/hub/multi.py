@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from gpumix.hub.ranks import mark_stragglers, runs_summary
-from gpumix.tiers import tier_table
+from gpumix.power.tiers import tier_table
 
 
 class Source(Protocol):

@@ -7,8 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumix.protocol import ProtocolError, integer, number, text
-from gpumix.snapshot import job_label, ranks_by_job
+from gpumix.wire.jobs import job_label, ranks_by_job
+from gpumix.wire.protocol import ProtocolError, integer, number, text
 
 STEPS_KEPT = 120  # per rank, for medians and the loss sparkline
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter

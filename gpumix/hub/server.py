@@ -8,9 +8,9 @@ other clients go on. A connection silent for longer than its idle timeout is
 closed (the agent and the client reconnect on their next message).
 
 The Unix socket is owner-only (and peers of another uid are refused) unless
-`access` lets named uids/groups in (gpumix.auth.UnixAccess). TCP, when asked
+`access` lets named uids/groups in (gpumix.wire.auth.UnixAccess). TCP, when asked
 for, needs the token in every hello and signed controls from clients
-(gpumix.auth); a read-only client can never send a control. TCP can never take
+(gpumix.wire.auth); a read-only client can never send a control. TCP can never take
 the descriptors local clients need: at most MAX_UNAUTHENTICATED_TCP
 connections may wait for their hello, and all TCP connections together stay
 LOCAL_FD_RESERVE below the process's descriptor limit; further ones are closed
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpumix import auth, protocol
-from gpumix.history import HISTORY_FIELDS
 from gpumix.hub.core import Hub, RankKey
+from gpumix.hub.history import HISTORY_FIELDS
 from gpumix.hub.ranks import parse_hello, parse_step, parse_transport
-from gpumix.protocol import ProtocolError
+from gpumix.wire import auth, protocol
+from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 

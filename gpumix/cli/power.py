@@ -7,8 +7,8 @@ import json
 import time
 from typing import Any
 
-from gpumix.advisor import AdvisorSettings, exit_code, findings
-from gpumix.cli_common import (
+from gpumix.advice.advisor import AdvisorSettings, exit_code, findings
+from gpumix.cli.common import (
     MAX_POWER_W,
     add_output_flags,
     add_rig_flags,
@@ -19,9 +19,9 @@ from gpumix.cli_common import (
     positive_float,
 )
 from gpumix.hub.core import Hub
-from gpumix.hw.open import Hardware
-from gpumix.power import PowerController, PowerError
-from gpumix.power_budget import BudgetError, fit_to_budget, gpu_power_from_snapshot
+from gpumix.hw.hardware import Hardware
+from gpumix.power.budget import BudgetError, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.caps import PowerController, PowerError
 
 PROG = "gpumix"
 

@@ -1,4 +1,4 @@
-"""A running hub for this node: hardware sampling, the socket server, and the demo job.
+"""A running node for this machine, as the commands start one: the hub, its socket server, and the demo job.
 
 `gpumix-top` embeds one when no hub runs; `gpumix hub` runs one headless.
 """
@@ -10,11 +10,11 @@ import ssl
 import time
 from dataclasses import dataclass
 
-from gpumix.auth import UnixAccess
 from gpumix.hub.core import Hub
 from gpumix.hub.server import HubServer
-from gpumix.hw.open import Hardware
-from gpumix.paths import runtime_dir
+from gpumix.hw.hardware import Hardware
+from gpumix.wire.auth import UnixAccess
+from gpumix.wire.paths import runtime_dir
 
 
 @dataclass

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpumix.tiers import tier_table
+from gpumix.power.tiers import tier_table
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 # Early drivers reported multi-4090 P2P as working while copies came out wrong (tinygrad notes,

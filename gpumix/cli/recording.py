@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from gpumix.cli_common import fail
-from gpumix.recorder import DEFAULT_MAX_BYTES, Recorder, RecordingError, parse_size
+from gpumix.cli.common import fail
+from gpumix.record.recorder import DEFAULT_MAX_BYTES, Recorder, RecordingError, parse_size
 
 
 def size_arg(text: str) -> int:
@@ -47,7 +47,7 @@ def add_export_parser(commands: Any) -> None:
 
 
 def run_export(prog: str, args: argparse.Namespace) -> int:
-    from gpumix.export import export_csv, export_parquet, parquet_available
+    from gpumix.record.export import export_csv, export_parquet, parquet_available
 
     if args.parquet and not parquet_available():
         fail(prog, "--parquet needs pyarrow: pip install 'gpumix-top[parquet]' (or use --csv)")
@@ -75,7 +75,7 @@ def check_prometheus(prog: str, args: argparse.Namespace) -> tuple[str, int] | N
         if getattr(args, "prometheus_public", False):
             fail(prog, "--prometheus-public needs --prometheus")
         return None
-    from gpumix.prometheus import ListenError, parse_listen
+    from gpumix.record.prometheus import ListenError, parse_listen
 
     try:
         return parse_listen(args.prometheus, public=args.prometheus_public)
@@ -86,7 +86,7 @@ def check_prometheus(prog: str, args: argparse.Namespace) -> tuple[str, int] | N
 def start_prometheus(prog: str, address: tuple[str, int] | None, hub: Any) -> Any:
     if address is None:
         return None
-    from gpumix.prometheus import MetricsServer
+    from gpumix.record.prometheus import MetricsServer
 
     try:
         server = MetricsServer(hub, *address)

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpumix.plan_inputs import PlanInputError, plan_from_snapshot
-from gpumix.planner import plan_to_json
+from gpumix.plan.inputs import PlanInputError, plan_from_snapshot
+from gpumix.plan.planner import plan_to_json
 
 CHECK_S = 5.0
 

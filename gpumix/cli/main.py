@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumix import __version__
-from gpumix.cli_common import (
+from gpumix.cli.common import (
     DEFAULT_RETENTION_MINUTES,
     MAX_GRANULARITY,
     MAX_HISTORY_MINUTES,
@@ -30,9 +30,10 @@ from gpumix.cli_common import (
     positive_float,
     positive_int,
 )
-from gpumix.cli_plan import add_plan_parser, check_plan_flags
-from gpumix.cli_power import add_power_parser, check_power_flags, run_doctor, run_power
-from gpumix.cli_recording import (
+from gpumix.cli.hardware import open_hardware
+from gpumix.cli.plan import add_plan_parser, check_plan_flags
+from gpumix.cli.power import add_power_parser, check_power_flags, run_doctor, run_power
+from gpumix.cli.recording import (
     add_export_parser,
     add_prometheus_flags,
     add_record_flags,
@@ -42,18 +43,18 @@ from gpumix.cli_recording import (
     start_prometheus,
     start_recording,
 )
-from gpumix.cli_remote import (
+from gpumix.cli.remote import (
     access_settings,
     add_access_flags,
     add_tcp_flags,
     tcp_settings,
     unix_socket_path,
 )
-from gpumix.hw.open import Hardware, open_hardware
+from gpumix.hw.hardware import Hardware
+from gpumix.hw.topology import topology_text
 from gpumix.hw.types import NoDriverError
-from gpumix.paths import default_hub_address
 from gpumix.sim.rig import BUILTIN_RIGS, RigError, load_builtin_rig
-from gpumix.topology import topology_text
+from gpumix.wire.paths import default_hub_address
 
 PROG = "gpumix"
 
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def with_demo_job(args: argparse.Namespace, hardware: Hardware, run: Callable[..., int]) -> int:
     """`--demo` looks at the demo rig while its demo job runs, as a user would see it."""
-    from gpumix.hub.node import demo_socket_path, start_node
+    from gpumix.cli.node import demo_socket_path, start_node
 
     node = start_node(hardware, demo_socket_path(), demo=True, sample_in_thread=True)
     try:
@@ -206,12 +207,12 @@ def with_demo_job(args: argparse.Namespace, hardware: Hardware, run: Callable[..
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    from gpumix.cli_plan import run_plan_command, wait_for_steps
+    from gpumix.cli.plan import run_plan_command, wait_for_steps
     from gpumix.hub.client import HubClient
 
     if not args.demo:
         return run_plan_command(args, HubClient(args.hub or default_hub_address()))
-    from gpumix.hub.node import demo_socket_path, start_node
+    from gpumix.cli.node import demo_socket_path, start_node
 
     node = start_node(open_hardware(demo=True), demo_socket_path(), demo=True)
     try:
@@ -236,9 +237,9 @@ def wait_for_restart(hub: object, job: str, timeout_s: float) -> None:
 
 
 def run_supervised(args: argparse.Namespace) -> int:
-    from gpumix.auto_replan import AutoReplan
-    from gpumix.run_plan import load_plan
-    from gpumix.supervisor import Supervisor
+    from gpumix.run.auto_replan import AutoReplan
+    from gpumix.run.supervisor import Supervisor
+    from gpumix.wire.plan_file import load_plan
 
     command = args.job_command[1:] if args.job_command[:1] == ["--"] else args.job_command
     if not command:
@@ -261,7 +262,7 @@ def run_supervised(args: argparse.Namespace) -> int:
 
 
 def run_hub(args: argparse.Namespace) -> int:
-    from gpumix.hub.node import start_node
+    from gpumix.cli.node import start_node
     from gpumix.hub.server import HubAlreadyRunning
 
     metrics_address = check_prometheus(PROG, args)

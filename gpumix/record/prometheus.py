@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpumix.auth import (
+from gpumix.wire.auth import (
     is_loopback,  # a host name counts as public: we cannot tell where it resolves
 )
-from gpumix.snapshot import job_label
+from gpumix.wire.jobs import job_label
 
 DEFAULT_HOST = "127.0.0.1"
 MIB = 1024**2

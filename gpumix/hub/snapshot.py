@@ -14,7 +14,7 @@ import socket
 from dataclasses import asdict
 from typing import Any
 
-from gpumix.host import HostSample, ProcessSample
+from gpumix.hw.host import HostSample, ProcessSample
 from gpumix.hw.pcie import link_bytes_per_s
 from gpumix.hw.types import DriverInfo, GpuInfo, GpuSample, P2PLink
 
@@ -72,19 +72,6 @@ def _process_fields(process: ProcessSample | None) -> dict[str, Any]:
     fields = asdict(process)
     fields.pop("pid")
     return fields
-
-
-def job_label(job: str | None, run_id: str | None) -> str:
-    """The job a rank belongs to: its name, or for a script started without one, its run id."""
-    return job if job is not None else (run_id or "")
-
-
-def ranks_by_job(ranks: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """A snapshot's rank rows grouped by job_label, in order."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for rank in ranks:
-        groups.setdefault(job_label(rank.get("job"), rank.get("run_id")), []).append(rank)
-    return groups
 
 
 def build_snapshot(

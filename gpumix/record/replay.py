@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumix.recorder import GPU_FIELDS, RecordingError, connect
+from gpumix.record.recorder import GPU_FIELDS, RecordingError, connect
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 HISTORY_S = 600.0  # recorded seconds behind the position that the charts show

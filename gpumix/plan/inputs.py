@@ -6,7 +6,8 @@ import math
 import statistics
 from typing import Any
 
-from gpumix.planner import (
+from gpumix.model.priors import LINK_EFFICIENCY_PRIOR
+from gpumix.plan.planner import (
     MAX_GLOBAL_BATCH,
     Plan,
     PlanRequest,
@@ -14,7 +15,6 @@ from gpumix.planner import (
     estimate_mem_per_sample,
     plan,
 )
-from gpumix.sim.job_model import LINK_EFFICIENCY
 
 MIN_COMPUTE_SHARE = 0.01
 
@@ -82,7 +82,7 @@ def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
         if not rank.get("samples_per_s") or not rank.get("samples"):
             raise PlanInputError(f"rank {rank['rank']} has not reported samples per step yet")
         gpu = gpus.get(rank.get("gpu_uuid") or "", {})
-        link = (gpu.get("pcie_link_bytes_per_s_max") or 0.0) * LINK_EFFICIENCY
+        link = (gpu.get("pcie_link_bytes_per_s_max") or 0.0) * LINK_EFFICIENCY_PRIOR
         compute_share = None
         if rank.get("compute_s") is not None and rank.get("step_time_s"):
             # a rank that spends the whole step waiting is far faster than the step says, but not infinitely

@@ -1,25 +1,19 @@
-"""Choose the hardware: real GPUs through NVML, or a simulated rig."""
+"""Choose the hardware: real GPUs through NVML, or a simulated rig (the one place, with the demo,
+where the commands reach into the simulated world)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from gpumix.hw.hardware import Hardware
 from gpumix.hw.nvml_backend import NvmlBackend
 from gpumix.sim.machine import SimMachine
 from gpumix.sim.nvml import SimNvml
-from gpumix.sim.rig import BUILTIN_RIGS, DEMO_RIG, Rig, load_builtin_rig, load_rig
+from gpumix.sim.rig import BUILTIN_RIGS, DEMO_RIG, Rig, RigError, load_builtin_rig, load_rig
 
-
-@dataclass
-class Hardware:
-    backend: NvmlBackend
-    source: str  # "nvml" or "sim:RIG"
-    machine: SimMachine | None = None  # the simulated machine, when simulating
-    power_budget_w: float | None = None
-    rig_source: str | None = None  # the rig's name or file, for the demo job's launcher
+__all__ = ["Hardware", "RigError", "is_builtin_rig", "open_hardware", "simulated_hardware"]
 
 
 def open_hardware(

@@ -8,7 +8,7 @@ tree is: processes carrying the marker, plus the leader's group and descendants 
 that cleared its environment).
 
 Ending it: SIGTERM to all, SIGKILL to what is left after a grace period. A watchdog process
-(`python -m gpumix.process_tree MARKER GRACE_S`, started by the supervisor in a session of its
+(`python -m gpumix.run.process_tree MARKER GRACE_S`, started by the supervisor in a session of its
 own) reads the supervisor's pipe: at EOF without "done" (the supervisor was SIGKILLed or
 crashed) it ends the tree itself. Linux only, like the rest of the supervisor.
 """

@@ -9,9 +9,9 @@ import pwd
 import ssl
 import sys
 
-from gpumix import auth
-from gpumix.cli_common import OneLineParser, fail
-from gpumix.paths import runtime_dir
+from gpumix.cli.common import OneLineParser, fail
+from gpumix.wire import auth
+from gpumix.wire.paths import runtime_dir
 
 
 def add_tcp_flags(parser: OneLineParser) -> None:

@@ -8,14 +8,14 @@ split, the proposal and the continuous bound (design.md section 6,
 docs/planner.md).
 
 Step model: step time = max_r t_r(n_r) + the communication the step waits
-for. t_r is the rank's compute time for n_r samples (gpumix.compute_curve):
+for. t_r is the rank's compute time for n_r samples (gpumix.model.compute_curve):
 proportional to its compute-only throughput s_r when one split was measured,
 interpolated between measured splits when there are more. (A synchronous
 job's whole-step rate says only how the batch is split, since every rank
 waits for the slowest one.) Communication: measured at the current split when
 the ranks report it (the step minus the slowest rank's compute), else a model
 of an all-reduce staged through host memory, 2(R-1)/R x gradient bytes over
-the slowest effective link (gpumix.sim.job_model).
+the slowest effective link (gpumix.model.priors).
 
 Bounds (the TUI and auto re-plan call this too, so a plan must never stall): a request is
 refused in one line (PlanError, a ValueError) when its global batch is outside 1..10**7, its
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from gpumix.compute_curve import ComputeCurve
-from gpumix.sim.job_model import allreduce_seconds
+from gpumix.model.compute_curve import ComputeCurve
+from gpumix.model.priors import allreduce_seconds_prior
 
 _EPS = 1e-12
 
@@ -263,10 +263,10 @@ class CommModel:
     measured_links: tuple[float, ...] = ()  # the links of the ranks running when it was measured
 
     def seconds(self, links: Sequence[float]) -> float:
-        modelled = allreduce_seconds(links, self.gradient_bytes)
+        modelled = allreduce_seconds_prior(links, self.gradient_bytes)
         if self.measured_s is None or len(links) < 2:
             return modelled
-        reference = allreduce_seconds(self.measured_links, self.gradient_bytes)
+        reference = allreduce_seconds_prior(self.measured_links, self.gradient_bytes)
         return self.measured_s * modelled / reference if reference > 0 else self.measured_s
 
 

@@ -2,7 +2,7 @@
 
 The supervisor launches the command (torchrun, the deepspeed launcher, or a
 plain script) with the plan in its environment, polls the hub for a re-plan
-request, and carries out the restart protocol (gpumix/run_plan.py):
+request, and carries out the restart protocol (gpumix/wire/plan_file.py):
 stop every rank after the same step, let each run its checkpoint hook,
 then either relaunch under the new plan from that step, or, if any
 checkpoint failed, tell the ranks to go on untouched. A job that exits on
@@ -10,7 +10,7 @@ its own is reported and not relaunched.
 
 Plans are taken from the hub one at a time, only when a restart can start (the poll says
 `accepts_plan`); one that still arrives mid-restart waits its turn here, and each plan's outcome
-is in the status's `plans`. Stopping ends the job's whole process tree (gpumix/process_tree.py):
+is in the status's `plans`. Stopping ends the job's whole process tree (gpumix/run/process_tree.py):
 SIGTERM, SIGKILL after kill_grace_s, at once on a second stop(); a watchdog ends it if the
 supervisor itself is killed.
 """
@@ -31,12 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumix.auto_replan import AutoReplan
 from gpumix.hub.client import HubClient
-from gpumix.launch_command import with_process_count
-from gpumix.paths import runtime_dir
-from gpumix.process_tree import MARKER_ENV, end_job, parent_death_signal, signal_job
-from gpumix.run_plan import (
+from gpumix.run.auto_replan import AutoReplan
+from gpumix.run.launch_command import with_process_count
+from gpumix.run.process_tree import MARKER_ENV, end_job, parent_death_signal, signal_job
+from gpumix.wire.paths import runtime_dir
+from gpumix.wire.plan_file import (
     CONTROL_DIR_ENV,
     PLAN_ENV,
     RESUME_STEP_ENV,
@@ -145,7 +145,7 @@ class Supervisor:
     def _start_watchdog(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "gpumix.process_tree", self._marker, str(self.kill_grace_s)],
+            [sys.executable, "-m", "gpumix.run.process_tree", self._marker, str(self.kill_grace_s)],
             stdin=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
     def _tell_watchdog(self, line: str) -> None:

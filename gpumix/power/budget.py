@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpumix.sim.job_model import power_factor
+from gpumix.model.priors import power_factor_prior
 
 STEP_W = 5.0
 
@@ -67,7 +67,7 @@ class BudgetFit:
 def _compute_at(gpu: GpuPower, cap_w: float) -> float | None:
     if gpu.compute_s is None:
         return None
-    return gpu.compute_s * power_factor(gpu.cap_w, gpu.default_w) / power_factor(cap_w, gpu.default_w)
+    return gpu.compute_s * power_factor_prior(gpu.cap_w, gpu.default_w) / power_factor_prior(cap_w, gpu.default_w)
 
 
 def _job_step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
@@ -80,8 +80,8 @@ def _job_step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
 
 def _standalone_loss(gpu: GpuPower, caps: dict[int, float], cut_w: float, weight: float) -> float:
     """Without a job: a card's share of the box's throughput (by its default power) times its loss."""
-    before = power_factor(caps[gpu.index], gpu.default_w)
-    after = power_factor(caps[gpu.index] - cut_w, gpu.default_w)
+    before = power_factor_prior(caps[gpu.index], gpu.default_w)
+    after = power_factor_prior(caps[gpu.index] - cut_w, gpu.default_w)
     return weight * (before - after) / before
 
 
@@ -124,7 +124,7 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
     if step_before and step_after:
         kept = step_before / step_after
     else:
-        kept = sum(power_factor(caps[g.index], g.default_w) / power_factor(g.cap_w, g.default_w) * g.default_w
+        kept = sum(power_factor_prior(caps[g.index], g.default_w) / power_factor_prior(g.cap_w, g.default_w) * g.default_w
                    for g in gpus) / total_default
     proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps, in_job))
                  for g in gpus]
@@ -137,7 +137,7 @@ def _reason(gpu: GpuPower, caps: dict[int, float], in_job: list[GpuPower]) -> st
         return "unchanged: every watt it would give up costs more than another card's"
     if gpu.compute_s is None:
         return "not in the running job: its watts cost the job nothing" if in_job else (
-            f"gives up {gpu.cap_w - new:.0f} W at a {100 * (1 - power_factor(new, gpu.default_w) / power_factor(gpu.cap_w, gpu.default_w)):.1f} % throughput cost")
+            f"gives up {gpu.cap_w - new:.0f} W at a {100 * (1 - power_factor_prior(new, gpu.default_w) / power_factor_prior(gpu.cap_w, gpu.default_w)):.1f} % throughput cost")
     slowest = max(_compute_at(g, caps[g.index]) or 0.0 for g in in_job)
     mine = _compute_at(gpu, new) or 0.0
     if mine < slowest - 1e-9:

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gpumix.cli_common import (
+from gpumix.cli.common import (
     MAX_GLOBAL_BATCH,
     MAX_GRADIENT_MB,
     MAX_GRANULARITY,
@@ -18,9 +18,9 @@ from gpumix.cli_common import (
     positive_float,
     positive_int,
 )
-from gpumix.deepspeed_plan import deepspeed_split, write_configs
-from gpumix.plan_inputs import PlanInputError, pick_job, plan_from_snapshot
-from gpumix.planner import plan_to_json
+from gpumix.plan.deepspeed import deepspeed_split, write_configs
+from gpumix.plan.inputs import PlanInputError, pick_job, plan_from_snapshot
+from gpumix.plan.planner import plan_to_json
 
 PROG = "gpumix"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from gpumix.snapshot import ranks_by_job
+from gpumix.wire.jobs import ranks_by_job
 
 UNDERUSED_WAIT_SHARE = 0.30  # a tier that waits this share of every step is underutilized
 

@@ -1,0 +1,30 @@
+"""The step model's priors: what the planner and the power fit assume until the hub has measured.
+
+Each is a published or measured rule of thumb (../docs/planner.md, ../docs/power.md), not the truth:
+the planner replaces the link prior by measured communication, and compute by the job's own curve,
+as soon as the ranks report them. The simulated world keeps its own formulas (gpumix.sim.job_model),
+so a demo can show where these priors are wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Host<->device copies reach about 80 % of a link's theoretical rate (24-27 of 31.5 GB/s measured on
+# gen4 x16 RTX 4090s; design notes, section 6).
+LINK_EFFICIENCY_PRIOR = 0.8
+
+
+def allreduce_seconds_prior(link_rates: Sequence[float], gradient_bytes: float) -> float:
+    """A ring all-reduce staged through host memory: each GPU moves 2(n-1)/n x size over its own
+    link, and the slowest link sets the pace."""
+    ranks = len(link_rates)
+    if ranks < 2:
+        return 0.0
+    return 2 * (ranks - 1) / ranks * gradient_bytes / min(link_rates)
+
+
+def power_factor_prior(cap_w: float, default_w: float) -> float:
+    """Throughput kept under a power cap, assumed concave: (cap/default)^0.25, at most 1 (a 3090
+    capped to 80 % keeps ~95 %). Published sweeps differ by card, precision and workload."""
+    return min(1.0, (cap_w / default_w) ** 0.25)
