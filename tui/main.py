@@ -115,10 +115,14 @@ def main(argv: list[str] | None = None) -> int:
             return print_snapshot(snapshot, args.json, text_summary, reason=failure_reason(source))
         return run_app(source, args)
     simulated = args.demo or args.sim
-    if not simulated and not args.once and hub_answers(default_hub_address()):
+    if not simulated and hub_answers(default_hub_address()):  # attach to the running hub, --once too
         refuse_own_hub_flags(args, f"a hub already runs at {default_hub_address()}: set it on `gpumix hub`"
                                    " (record with `gpumix hub --record FILE`)")
-        return run_app(HubClient(default_hub_address(), readonly=args.readonly), args)  # attach to the running hub
+        client = HubClient(default_hub_address(), readonly=args.readonly)
+        if args.once:  # instant: the hub's rates, ranks and findings, no NVML start-up here
+            print(f"{PROG}: using the running hub at {default_hub_address()}", file=sys.stderr, flush=True)
+            return print_snapshot(client.snapshot(), args.json, text_summary, reason=failure_reason(client))
+        return run_app(client, args)
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except NoDriverError as error:

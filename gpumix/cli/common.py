@@ -92,8 +92,9 @@ def gpu_index(text: str) -> int:
     return value
 
 
-def add_rig_flags(parser: argparse.ArgumentParser, nested: bool = False) -> None:
-    """--demo / --sim: look at a simulated rig instead of the real GPUs.
+def add_rig_flags(parser: argparse.ArgumentParser, nested: bool = False, hub: bool = False) -> None:
+    """--demo / --sim: look at a simulated rig instead of the real GPUs (and with `hub`, --hub: a running
+    hub named, where the default is the running hub if one answers, else the GPUs).
 
     `nested` adds them to a subcommand of a command that has them too (`gpumix power --demo show`
     and `gpumix power show --demo`): there they default to SUPPRESS, so a subcommand that does not
@@ -103,6 +104,9 @@ def add_rig_flags(parser: argparse.ArgumentParser, nested: bool = False) -> None
     source.add_argument("--demo", action="store_true", help="the simulated 10-GPU mixed rig and its demo job", **default)
     source.add_argument("--sim", metavar="RIG", help="a simulated rig: a TOML file or a shipped rig's name"
                                                      " (`gpumix rigs`)", **default)
+    if hub:
+        source.add_argument("--hub", metavar="ADDR", help="a running hub: a socket path or tcp://, tls://HOST:PORT"
+                                                          " (default: the running hub, if one answers)", **default)
 
 
 def add_output_flags(parser: argparse.ArgumentParser, nested: bool = False, dry_run: bool = False) -> None:
@@ -114,9 +118,12 @@ def add_output_flags(parser: argparse.ArgumentParser, nested: bool = False, dry_
 
 
 def check_rig_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """--demo and --sim may each be given before or after a subcommand, but not both together."""
-    if getattr(args, "demo", False) and getattr(args, "sim", None):
-        parser.error("argument --sim: not allowed with argument --demo")
+    """--demo, --sim and --hub may each be given before or after a subcommand, but only one of them."""
+    given = [flag for flag, value in (("--demo", getattr(args, "demo", False)), ("--sim", getattr(args, "sim", None)),
+                                      ("--hub", getattr(args, "hub", None) if args.command in ("power", "doctor")
+                                       else None)) if value]
+    if len(given) > 1:
+        parser.error(f"argument {given[1]}: not allowed with argument {given[0]}")
 
 
 def add_retention_flag(parser: argparse.ArgumentParser, own_hub_only: bool = False) -> None:

@@ -32,7 +32,13 @@ from gpumix.cli.common import (
 )
 from gpumix.cli.hardware import open_hardware
 from gpumix.cli.plan import add_plan_parser, check_plan_flags
-from gpumix.cli.power import add_power_parser, check_power_flags, run_doctor, run_power
+from gpumix.cli.power import (
+    add_power_parser,
+    check_power_flags,
+    local_source,
+    run_doctor,
+    run_power,
+)
 from gpumix.cli.recording import (
     add_export_parser,
     add_prometheus_flags,
@@ -50,10 +56,13 @@ from gpumix.cli.remote import (
     tcp_settings,
     unix_socket_path,
 )
+from gpumix.hub.client import HubClient
+from gpumix.hub.server import hub_answers
 from gpumix.hw.hardware import Hardware
 from gpumix.hw.topology import topology_text
 from gpumix.hw.types import NoDriverError
 from gpumix.sim.rig import BUILTIN_RIGS, RigError, load_builtin_rig
+from gpumix.wire import auth
 from gpumix.wire.paths import default_hub_address
 
 PROG = "gpumix"
@@ -69,7 +78,7 @@ def build_parser() -> OneLineParser:
     add_output_flags(topo)
     add_power_parser(commands)
     doctor = commands.add_parser("doctor", help="findings about this box: exit 0 healthy, 1 warnings, 2 errors")
-    add_rig_flags(doctor)
+    add_rig_flags(doctor, hub=True)
     add_output_flags(doctor)
     doctor.add_argument("--power-budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
                         help="the machine's GPU power budget")
@@ -166,14 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return plan_command(args)
     if args.command in ("power", "doctor"):
-        try:
-            hardware = open_hardware(demo=args.demo, sim_file=args.sim)
-        except (NoDriverError, RigError) as error:
-            fail(PROG, str(error))
-        run = run_power if args.command == "power" else run_doctor
-        if args.demo:
-            return with_demo_job(args, hardware, run)
-        return run(args, hardware)
+        return run_on_source(args, run_power if args.command == "power" else run_doctor)
     if args.command == "topo":
         try:
             hardware = open_hardware(demo=args.demo, sim_file=args.sim)
@@ -193,6 +195,43 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def run_on_source(args: argparse.Namespace, run: Callable[..., int]) -> int:
+    """power and doctor read (and act) where the TUI would: the running hub when there is one or --hub
+    names it, else the GPUs or the rig named, through a hub in this process. An implicit choice is said
+    on stderr in one line."""
+    address = args.hub or (None if args.demo or args.sim else default_hub_address())
+    if address is not None and (args.hub or (not auth.is_tcp(address) and hub_answers(address))):
+        if not args.hub:
+            print(f"{PROG}: using the running hub at {address}", file=sys.stderr, flush=True)
+        client = HubClient(address, token=read_token_for(address))
+        try:
+            return run(args, client)
+        finally:
+            client.close()
+    try:
+        hardware = open_hardware(demo=args.demo, sim_file=args.sim)
+    except (NoDriverError, RigError) as error:
+        fail(PROG, str(error))
+    if not args.demo and not args.sim:
+        print(f"{PROG}: no hub is running: reading the GPUs through NVML", file=sys.stderr, flush=True)
+    if args.demo:
+        return with_demo_job(args, hardware, run)
+    hub = local_source(hardware, settle_s=0.5 if args.command == "doctor" else 0.0)
+    try:
+        return run(args, hub)
+    finally:
+        hub.stop()
+
+
+def read_token_for(address: str) -> str | None:
+    if not auth.is_tcp(address):
+        return None
+    try:
+        return auth.read_token()
+    except auth.TokenError as error:
+        fail(PROG, f"cannot use the token: {error}")
+
+
 def with_demo_job(args: argparse.Namespace, hardware: Hardware, run: Callable[..., int]) -> int:
     """`--demo` looks at the demo rig while its demo job runs, as a user would see it."""
     from gpumix.cli.node import demo_socket_path, start_node
@@ -201,7 +240,8 @@ def with_demo_job(args: argparse.Namespace, hardware: Hardware, run: Callable[..
     try:
         node.wait_for_ranks(len(hardware.backend.gpus()), timeout_s=10.0)
         time.sleep(node.hub.interval_s)  # one more hardware tick with the job running
-        return run(args, hardware, hub=node.hub)
+        node.hub.tick()
+        return run(args, node.hub)
     finally:
         node.stop()
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from gpumix.advice.advisor import AdvisorSettings, exit_code, findings
 from gpumix.cli.common import (
@@ -20,8 +21,6 @@ from gpumix.cli.common import (
 )
 from gpumix.hub.core import Hub
 from gpumix.hw.hardware import Hardware
-from gpumix.power.budget import BudgetError, fit_to_budget, gpu_power_from_snapshot
-from gpumix.power.caps import PowerController, PowerError
 
 PROG = "gpumix"
 
@@ -30,7 +29,7 @@ def add_power_parser(commands: Any) -> None:
     """`gpumix power [--demo|--sim RIG] [--json] [--dry-run] ACTION ...`: the shared flags are taken before
     or after the action (each action repeats them, defaulting to SUPPRESS so none is overwritten)."""
     power = commands.add_parser("power", help="show, set, reset or fit GPU power caps")
-    add_rig_flags(power)
+    add_rig_flags(power, hub=True)
     add_output_flags(power, dry_run=True)
     power.add_argument("--budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
                        help="with fit: the budget to fit (default: the rig's)")
@@ -38,7 +37,7 @@ def add_power_parser(commands: Any) -> None:
 
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = actions.add_parser(name, help=help_text)
-        add_rig_flags(parser, nested=True)
+        add_rig_flags(parser, nested=True, hub=True)
         add_output_flags(parser, nested=True, dry_run=True)
         return parser
 
@@ -58,15 +57,29 @@ def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(f"argument --budget: only `gpumix power fit` takes a budget, not `{args.action}`")
 
 
-def snapshot_of(hardware: Hardware, hub: Hub | None = None, settle_s: float = 0.0) -> dict[str, Any]:
-    """From the running hub (the demo job's), else two readings of the hardware."""
-    if hub is not None:
-        return hub.tick()
+class PowerSource(Protocol):
+    """Where power and doctor read and act: the running hub (a HubClient), or one in this process."""
+
+    def snapshot(self) -> dict[str, Any] | None: ...
+
+    def control(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def local_source(hardware: Hardware, settle_s: float = 0.0) -> Hub:
+    """A hub in this process with two readings of the hardware (PCIe rates are differences)."""
     hub = Hub(hardware)
     hub.tick()
     if settle_s:
         time.sleep(settle_s)
-    return hub.tick()
+    hub.tick()
+    return hub
+
+
+def read_snapshot(source: PowerSource) -> dict[str, Any]:
+    snapshot = source.snapshot()
+    if snapshot is None:
+        fail(PROG, getattr(source, "last_error", None) or "the hub gave no snapshot")
+    return snapshot
 
 
 def show_table(snapshot: dict[str, Any]) -> str:
@@ -83,53 +96,61 @@ def show_table(snapshot: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_power(args: argparse.Namespace, hardware: Hardware, hub: Hub | None = None) -> int:
-    controller = PowerController(hardware.backend)
-    try:
-        if args.action == "show":
-            snapshot = snapshot_of(hardware, hub)
-            if args.json:
-                print(json.dumps([{k: g[k] for k in ("index", "uuid", "tier", "power_w", "power_cap_w", "power_limit_default_w",
-                                                      "power_limit_min_w", "power_limit_max_w")} for g in snapshot["gpus"]], indent=1))
-            else:
-                print(show_table(snapshot))
-            return 0
-        if args.action in ("set", "reset"):
-            change = (controller.set_cap(args.gpu, args.watts, dry_run=args.dry_run) if args.action == "set"
-                      else controller.reset_cap(args.gpu, dry_run=args.dry_run))
-            after = None if args.dry_run else hardware.backend.power_limit_w(args.gpu)
-            if args.json:
-                print(json.dumps({**change.to_json(), "cap_now_w": after}))
-            else:
-                verb = "would set" if args.dry_run else "set"
-                print(f"GPU {change.gpu_index}: {verb} cap {change.old_w or 0:.0f} W -> {change.new_w:.0f} W")
-            return 0
-        snapshot = snapshot_of(hardware, hub)
-        budget = args.budget or snapshot.get("power_budget_w")
+def run_power(args: argparse.Namespace, source: PowerSource) -> int:
+    """show, set, reset and fit through `source`'s power controls: the same checks, audit and
+    refusals as the TUI's, whether the hub runs in this process or as root elsewhere."""
+    if args.action == "show":
+        snapshot = read_snapshot(source)
+        if args.json:
+            print(json.dumps([{k: g[k] for k in ("index", "uuid", "tier", "power_w", "power_cap_w", "power_limit_default_w",
+                                                  "power_limit_min_w", "power_limit_max_w")} for g in snapshot["gpus"]], indent=1))
+        else:
+            print(show_table(snapshot))
+        return 0
+    request: dict[str, Any] = {"type": "power", "action": args.action, "dry_run": args.dry_run}
+    if args.action == "fit":
+        budget = args.budget or read_snapshot(source).get("power_budget_w")
         if not budget:
             fail(PROG, "power fit needs --budget WATTS (this rig names none)")
-        fit = fit_to_budget(gpu_power_from_snapshot(snapshot), budget)
-        if not args.dry_run:
-            for proposal in fit.proposals:
-                if abs(proposal.new_w - proposal.old_w) >= 0.5:
-                    controller.set_cap(proposal.index, proposal.new_w)
-        if args.json:
-            print(json.dumps({**fit.to_json(), "applied": not args.dry_run}, indent=1))
-        else:
-            print(f"caps {fit.caps_before_w:.0f} W -> {fit.caps_after_w:.0f} W for a {budget:.0f} W budget;"
-                  f" predicted throughput kept {100 * fit.throughput_kept:.1f} %"
-                  + (" (dry run: nothing changed)" if args.dry_run else ""))
-            for p in fit.proposals:
-                print(f"  GPU {p.index} {p.tier:<14} {p.old_w:>5.0f} -> {p.new_w:>5.0f} W  {p.reason}")
+        request["budget_w"] = budget
+    else:
+        request["gpus"] = [args.gpu]
+        if args.action == "set":
+            request["watts"] = args.watts
+    reply = source.control(request)
+    if not reply.get("ok"):
+        fail(PROG, str(reply.get("message")), code=1)
+    if args.action == "fit":
+        print_fit(reply["fit"], args.json, args.dry_run)
         return 0
-    except (PowerError, BudgetError) as error:
-        fail(PROG, str(error), code=1)
+    change = reply["changes"][0]
+    after = None if args.dry_run else next(
+        (g["power_cap_w"] for g in read_snapshot(source)["gpus"] if g["index"] == args.gpu), None)
+    if args.json:
+        print(json.dumps({**change, "cap_now_w": after}))
+    else:
+        verb = "would set" if args.dry_run else "set"
+        print(f"GPU {change['gpu_index']}: {verb} cap {change['old_w'] or 0:.0f} W -> {change['new_w']:.0f} W")
+    if reply.get("audit_error"):
+        print(f"{PROG}: warning: the audit log could not be written: {reply['audit_error']}", file=sys.stderr)
+    return 0
 
 
-def run_doctor(args: argparse.Namespace, hardware: Hardware, hub: Hub | None = None) -> int:
-    snapshot = snapshot_of(hardware, hub, settle_s=0.5)
+def print_fit(fit: dict[str, Any], as_json: bool, dry_run: bool) -> None:
+    if as_json:
+        print(json.dumps({**fit, "applied": not dry_run}, indent=1))
+        return
+    print(f"caps {fit['caps_before_w']:.0f} W -> {fit['caps_after_w']:.0f} W for a {fit['budget_w']:.0f} W budget;"
+          f" predicted throughput kept {100 * fit['throughput_kept']:.1f} %"
+          + (" (dry run: nothing changed)" if dry_run else ""))
+    for p in fit["gpus"]:
+        print(f"  GPU {p['index']} {p['tier']:<14} {p['old_w']:>5.0f} -> {p['new_w']:>5.0f} W  {p['reason']}")
+
+
+def run_doctor(args: argparse.Namespace, source: PowerSource) -> int:
+    snapshot = read_snapshot(source)
     host = snapshot.get("host") or {}
-    settings = AdvisorSettings(power_budget_w=getattr(args, "power_budget", None) or hardware.power_budget_w,
+    settings = AdvisorSettings(power_budget_w=getattr(args, "power_budget", None) or snapshot.get("power_budget_w"),
                                has_infiniband=bool(host.get("infiniband")),
                                **({"p2p_4090_min_driver": args.min_4090_p2p_driver} if args.min_4090_p2p_driver else {}))
     found = findings(snapshot, settings)
