@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from gpumix.hub import Hub
 from gpumix.hub.ranks import parse_hello, parse_step
+from gpumix.model.priors import power_factor_prior as power_factor
 from gpumix.power.budget import BudgetError, GpuPower, fit_to_budget, gpu_power_from_snapshot
-from gpumix.sim.job_model import power_factor
 
 # mixed-10: (tier, default W, min W, max W, compute s per step at the default cap: slow 3060s, fast 4090s)
 DEMO = ([("RTX 3060 12G", 170, 100, 200, 0.40)] * 3 + [("RTX 3090 24G", 350, 100, 400, 0.18)] * 3
@@ -137,7 +137,7 @@ def test_to_json_shape() -> None:
     data = fit_to_budget(demo_gpus(), 2800).to_json()
     assert set(data) == {"budget_w", "caps_before_w", "caps_after_w", "step_before_s", "step_after_s",
                          "throughput_kept", "gpus"}
-    assert set(data["gpus"][0]) == {"index", "uuid", "tier", "old_w", "new_w", "reason"}
+    assert set(data["gpus"][0]) == {"index", "uuid", "tier", "old_w", "new_w", "reason", "basis"}
 
 
 @st.composite

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from gpumix.model.step_model import basis_text
 from gpumix.tui import format as fmt
 from gpumix.tui.gpu_table import short_tier
 from gpumix.tui.power_screens import DIALOG_CSS
@@ -43,7 +44,22 @@ def plan_table(plan: dict[str, Any], snapshot: dict[str, Any]) -> str:
         lines.append(f"  or: without the {fmt.plain(without['tier_left_out'])} tier: {fmt.fixed(without['samples_per_s'])} samples/s")
     if plan.get("note"):
         lines.append(f"  {fmt.plain(plan['note'])}")
+    lines += ["", *basis_lines(plan.get("basis"))]
     return "\n".join(lines)
+
+
+def basis_lines(basis: Any) -> list[str]:
+    """What the predictions stand on: the ranks grouped by their compute basis, then the communication."""
+    if not isinstance(basis, dict):
+        return []
+    groups: dict[str, list[str]] = {}
+    for entry in basis.get("compute") or []:
+        if isinstance(entry, dict):
+            groups.setdefault(basis_text(entry), []).append(fmt.plain(entry.get("rank")))
+    lines = [f"compute, ranks {', '.join(ranks)}: {fmt.plain(text)}" for text, ranks in groups.items()]
+    if basis.get("communication") is not None:
+        lines.append(f"communication: {fmt.plain(basis_text(basis['communication']))}")
+    return lines
 
 
 def leaving_out_is_faster(plan: dict[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from gpumix.model.step_model import basis_text
 from gpumix.tui import format as fmt
 
 DIALOG_CSS = """
@@ -114,6 +115,14 @@ class PowerDialog(ModalScreen[dict[str, Any] | None]):
         self.dismiss({"type": "power", "action": "set", "gpus": [g["index"] for g in self.gpus], "watts": watts})
 
 
+def basis_lines(gpus: list[dict[str, Any]]) -> list[str]:
+    """The GPUs grouped by what their throughput-at-a-cap stands on (measured caps or the prior)."""
+    groups: dict[str, list[str]] = {}
+    for gpu in gpus:
+        groups.setdefault(basis_text(gpu.get("basis")), []).append(fmt.plain(gpu.get("index")))
+    return [f" GPU {', '.join(indices)}: {fmt.plain(text)}" for text, indices in groups.items()]
+
+
 class FitScreen(ModalScreen[bool]):
     """Shows a fit-to-budget proposal and its reasons; True applies it."""
 
@@ -131,6 +140,7 @@ class FitScreen(ModalScreen[bool]):
         for gpu in fit["gpus"]:
             lines.append(f" GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier']):<13} {fmt.watts(gpu['old_w']):>4}"
                          f" → {fmt.watts(gpu['new_w']):>4} W  {fmt.plain(gpu['reason'])}")
+        lines += ["", "throughput at a cap stands on:", *basis_lines(fit["gpus"])]
         with Vertical():
             with VerticalScroll():
                 yield Static(Text("\n".join(lines)), id="fit-text")

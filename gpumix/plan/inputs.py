@@ -60,9 +60,17 @@ def _check_rank(rank: dict[str, Any]) -> None:
                 raise PlanInputError(f"rank {rank.get('rank')} reports {key} = {value!r}: not a plausible measurement")
 
 
+def _measured_points(rank: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in rank.get("points") or [] if p.get("samples") and p.get("compute_s")]
+
+
 def _compute_points(rank: dict[str, Any]) -> tuple[tuple[int, float], ...]:
-    return tuple((round(p["samples"]), p["compute_s"]) for p in rank.get("points") or []
-                 if p.get("samples") and p.get("compute_s"))
+    return tuple((round(p["samples"]), p["compute_s"]) for p in _measured_points(rank))
+
+
+def _point_ages_s(rank: dict[str, Any]) -> tuple[float | None, ...]:
+    """Each point's age as the hub gives it (age_s); None where missing or not a plausible age."""
+    return tuple(p["age_s"] if _plausible(p.get("age_s"), 0.0, 1e9) else None for p in _measured_points(rank))
 
 
 def _mem_per_sample(rank: dict[str, Any]) -> float | None:
@@ -93,7 +101,7 @@ def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
             micro_batch=round(rank["micro_batch"]) if rank.get("micro_batch") else None,
             compute_share=compute_share, mem_total_bytes=gpu.get("mem_total_bytes"),
             mem_peak_bytes=rank.get("mem_peak_bytes"), mem_per_sample_bytes=_mem_per_sample(rank),
-            tier=gpu.get("tier"), compute_points=_compute_points(rank),
+            tier=gpu.get("tier"), compute_points=_compute_points(rank), compute_point_ages_s=_point_ages_s(rank),
         ))
     ranks = sorted(m.rank for m in result)
     if ranks != list(range(len(ranks))):

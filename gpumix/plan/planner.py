@@ -37,7 +37,7 @@ from statistics import median
 from typing import Any
 
 from gpumix.model.compute_curve import ComputeCurve
-from gpumix.model.priors import allreduce_seconds_prior
+from gpumix.model.step_model import Basis, CommModel, compute_estimate
 
 _EPS = 1e-12
 
@@ -85,6 +85,7 @@ class RankMeasure:
     tier: str | None = None
     # compute seconds at other splits measured before (samples, seconds): the curve's other points
     compute_points: tuple[tuple[int, float], ...] = ()
+    compute_point_ages_s: tuple[float | None, ...] = ()  # the points' ages (the hub's age_s); () unknown
 
     @property
     def compute_samples_per_s(self) -> float:
@@ -93,14 +94,20 @@ class RankMeasure:
             return self.samples_per_s / self.compute_share
         return self.samples_per_s
 
-    def compute_curve(self) -> ComputeCurve:
-        """t_r(n): the points measured before, and the split running now (measured last, so it wins)."""
+    def compute_estimate(self) -> tuple[ComputeCurve, Basis]:
+        """t_r(n) and what it stands on: the points measured before, and the split running now
+        (measured last, so it wins)."""
         speed = self.compute_samples_per_s
-        now = [(self.current_samples, self.current_samples / speed)] if self.current_samples > 0 else []
-        points = [*self.compute_points, *now]
-        if len({n for n, _ in points}) < 2:
-            return ComputeCurve.proportional(speed)
-        return ComputeCurve.from_points(points)
+        if self.current_samples > 0:
+            now: tuple[float, float] | None = (self.current_samples, self.current_samples / speed)
+        else:  # not running now: its speed still gives one point
+            now = None if self.compute_points else (1.0, 1.0 / speed)
+        ages = self.compute_point_ages_s if len(self.compute_point_ages_s) == len(self.compute_points) \
+            else tuple(None for _ in self.compute_points)
+        return compute_estimate(self.compute_points, ages, now)
+
+    def compute_curve(self) -> ComputeCurve:
+        return self.compute_estimate()[0]
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,9 @@ class Plan:
     note: str | None
     fast_tier_only: TierAlternative | None
     best_without_tier: TierAlternative | None = None  # the fastest job with one tier left out (its name)
+    # what the predictions stand on: each rank's compute curve, and the communication
+    compute_basis: tuple[tuple[int, Basis], ...] = ()
+    comm_basis: Basis | None = None
 
     @property
     def speedup(self) -> float:
@@ -248,26 +258,6 @@ def _good_at_most(samples: int, cap: int | None, max_k: int) -> int:
 
 
 # -- prediction -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CommModel:
-    """Seconds a step waits for communication beyond the slowest rank's compute.
-
-    Measured at the current split where the ranks report it; another set of ranks scales it
-    by the link model (leaving a slow-link tier out shortens the all-reduce). Without a
-    measurement, the link model alone."""
-
-    gradient_bytes: float
-    measured_s: float | None = None
-    measured_links: tuple[float, ...] = ()  # the links of the ranks running when it was measured
-
-    def seconds(self, links: Sequence[float]) -> float:
-        modelled = allreduce_seconds_prior(links, self.gradient_bytes)
-        if self.measured_s is None or len(links) < 2:
-            return modelled
-        reference = allreduce_seconds_prior(self.measured_links, self.gradient_bytes)
-        return self.measured_s * modelled / reference if reference > 0 else self.measured_s
 
 
 def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommModel:
@@ -642,6 +632,8 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
         global_batch=B, ranks=tuple(ranks), current=current, proposed=proposed,
         ideal=ideal(B, part, comm), kept_current=kept, note=note, fast_tier_only=fast,
         best_without_tier=best_without_tier(part, request, comm, deadline),
+        compute_basis=tuple((m.rank, m.compute_estimate()[1]) for m in part),
+        comm_basis=comm.basis([m.link_bytes_per_s for m in part]),
     )
 
 
@@ -694,6 +686,8 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "kept_current": p.kept_current,
         "note": p.note,
         "fast_tier_only": fast,
+        "basis": {"compute": [{"rank": rank, **basis.to_json()} for rank, basis in p.compute_basis],
+                  "communication": p.comm_basis.to_json() if p.comm_basis else None},
         "without_tier": None if p.best_without_tier is None else {
             "tier_left_out": p.best_without_tier.tier, "ranks": list(p.best_without_tier.ranks),
             **_prediction_json(p.best_without_tier.prediction),

@@ -4,7 +4,9 @@ Pure functions. Cards give up watts in steps, each step taken from the card
 whose cut costs the job least: in synchronous data-parallel training a card
 that waits for the slowest rank loses nothing until it becomes the slowest
 itself, so the fast tier of a mixed box usually gives up watts first.
-Throughput under a cap follows min(1, (cap/default)^0.25) (design.md, section 6).
+Throughput under a cap follows the step model's power curve (gpumix.model.step_model.PowerCurve):
+learned from the caps a card has run at where the hub has such points, else the prior
+min(1, (cap/default)^0.25); each proposal says which (its basis).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from gpumix.model.priors import power_factor_prior
+from gpumix.model.step_model import Basis, PowerCurve
 
 STEP_W = 5.0
 
@@ -33,6 +35,17 @@ class GpuPower:
     max_w: float
     compute_s: float | None = None  # its rank's compute time per step at cap_w, when a job runs
     comm_s: float = 0.0  # the job's all-reduce time (does not depend on power)
+    # (cap_w, compute seconds per step at the same split) measured at other caps, and their ages
+    power_points: tuple[tuple[float, float], ...] = ()
+    power_point_ages_s: tuple[float | None, ...] = ()
+
+    def power_curve(self) -> PowerCurve:
+        points = list(self.power_points)
+        ages = list(self.power_point_ages_s) if len(self.power_point_ages_s) == len(points) else [None] * len(points)
+        if self.compute_s is not None:  # the cap in force, measured now
+            points.append((self.cap_w, self.compute_s))
+            ages.append(0.0)
+        return PowerCurve.learned(self.default_w, points, ages)
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,11 @@ class CapProposal:
     old_w: float
     new_w: float
     reason: str
+    basis: Basis = Basis()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "uuid": self.uuid, "tier": self.tier, "old_w": self.old_w,
+                "new_w": self.new_w, "reason": self.reason, "basis": self.basis.to_json()}
 
 
 @dataclass(frozen=True)
@@ -60,14 +78,19 @@ class BudgetFit:
             "budget_w": self.budget_w, "caps_before_w": self.caps_before_w, "caps_after_w": self.caps_after_w,
             "step_before_s": self.step_before_s, "step_after_s": self.step_after_s,
             "throughput_kept": self.throughput_kept,
-            "gpus": [proposal.__dict__ for proposal in self.proposals],
+            "gpus": [proposal.to_json() for proposal in self.proposals],
         }
 
 
 def _compute_at(gpu: GpuPower, cap_w: float) -> float | None:
     if gpu.compute_s is None:
         return None
-    return gpu.compute_s * power_factor_prior(gpu.cap_w, gpu.default_w) / power_factor_prior(cap_w, gpu.default_w)
+    return gpu.compute_s * gpu.power_curve().time_ratio(gpu.cap_w, cap_w)
+
+
+def _kept_at(gpu: GpuPower, from_w: float, to_w: float) -> float:
+    """Throughput kept going from one cap to another (1: nothing lost)."""
+    return 1.0 / gpu.power_curve().time_ratio(from_w, to_w)
 
 
 def _job_step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
@@ -80,9 +103,7 @@ def _job_step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
 
 def _standalone_loss(gpu: GpuPower, caps: dict[int, float], cut_w: float, weight: float) -> float:
     """Without a job: a card's share of the box's throughput (by its default power) times its loss."""
-    before = power_factor_prior(caps[gpu.index], gpu.default_w)
-    after = power_factor_prior(caps[gpu.index] - cut_w, gpu.default_w)
-    return weight * (before - after) / before
+    return weight * (1.0 - _kept_at(gpu, caps[gpu.index], caps[gpu.index] - cut_w))
 
 
 def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W) -> BudgetFit:
@@ -124,10 +145,9 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
     if step_before and step_after:
         kept = step_before / step_after
     else:
-        kept = sum(power_factor_prior(caps[g.index], g.default_w) / power_factor_prior(g.cap_w, g.default_w) * g.default_w
-                   for g in gpus) / total_default
-    proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps, in_job))
-                 for g in gpus]
+        kept = sum(_kept_at(g, g.cap_w, caps[g.index]) * g.default_w for g in gpus) / total_default
+    proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps, in_job),
+                             g.power_curve().basis()) for g in gpus]
     return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()), step_before, step_after, kept, proposals)
 
 
@@ -137,7 +157,7 @@ def _reason(gpu: GpuPower, caps: dict[int, float], in_job: list[GpuPower]) -> st
         return "unchanged: every watt it would give up costs more than another card's"
     if gpu.compute_s is None:
         return "not in the running job: its watts cost the job nothing" if in_job else (
-            f"gives up {gpu.cap_w - new:.0f} W at a {100 * (1 - power_factor_prior(new, gpu.default_w) / power_factor_prior(gpu.cap_w, gpu.default_w)):.1f} % throughput cost")
+            f"gives up {gpu.cap_w - new:.0f} W at a {100 * (1 - _kept_at(gpu, gpu.cap_w, new)):.1f} % throughput cost")
     slowest = max(_compute_at(g, caps[g.index]) or 0.0 for g in in_job)
     mine = _compute_at(gpu, new) or 0.0
     if mine < slowest - 1e-9:

@@ -1,0 +1,189 @@
+"""The product's step model, with what each prediction stands on.
+
+A step of synchronous data-parallel training, as the planner and the power fit predict it:
+
+- compute per rank: a curve over its share of the batch (compute_curve.ComputeCurve), learned
+  from the splits the job has run (the hub keeps their operating points, with their ages);
+- communication: what the step waited for at the split running now, scaled to another set of
+  ranks by the link prior (priors.allreduce_seconds_prior); the link prior alone until measured;
+- power -> throughput per GPU: learned from the caps a rank has run at (relative throughput at
+  each cap), the concave prior (priors.power_factor_prior) outside them or without them.
+
+Every estimate carries a Basis: the measured points it interpolates (how many, how old) or the
+prior it assumes. `gpumix plan --json`, `gpumix power fit --json` and the split and fit screens
+show it, so a user can tell a measured prediction from an assumed one. Standard library only;
+never imports the simulated world (gpumix.sim), which has physics of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpumix.model.compute_curve import ComputeCurve
+from gpumix.model.priors import LINK_EFFICIENCY_PRIOR, allreduce_seconds_prior, power_factor_prior
+
+COMPUTE_PRIOR = "proportional beyond the one split measured: twice the samples, twice the time"
+LINK_PRIOR = (f"link prior: all-reduce through host memory, 2(R-1)/R x gradient bytes over the slowest link"
+              f" at {LINK_EFFICIENCY_PRIOR:.0%} of its rate")
+POWER_PRIOR = "power prior: throughput x (cap/default)^0.25, at most 1 (assumed, not measured)"
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What one estimate stands on: `points` measured operating points (0: none) of the given
+    ages, and the prior it assumes beyond (or instead of) them, if any."""
+
+    points: int = 0
+    newest_age_s: float | None = None
+    oldest_age_s: float | None = None
+    prior: str | None = None
+
+    @property
+    def source(self) -> str:
+        if self.points == 0:
+            return "prior"
+        return "measured" if self.prior is None else "measured+prior"
+
+    @classmethod
+    def measured(cls, ages_s: Iterable[float | None], prior: str | None = None) -> Basis:
+        given = list(ages_s)
+        count = len(given)  # a point of unknown age still counts
+        ages = [a for a in given if a is not None and math.isfinite(a) and a >= 0]
+        return cls(points=count, newest_age_s=min(ages) if ages else None, oldest_age_s=max(ages) if ages else None,
+                   prior=prior if count else (prior or "no measurement"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "points": self.points, "newest_age_s": self.newest_age_s,
+                "oldest_age_s": self.oldest_age_s, "prior": self.prior}
+
+    def text(self) -> str:
+        """One short line: 'measured: 3 points, 0 s to 12 min old' / 'prior: ...'."""
+        if self.points == 0:
+            return f"prior: {self.prior}"
+        ages = _age(self.newest_age_s) if self.newest_age_s == self.oldest_age_s else \
+            f"{_age(self.newest_age_s)} to {_age(self.oldest_age_s)}"
+        line = f"measured: {self.points} point{'s' if self.points != 1 else ''}, {ages} old"
+        return line + (f"; {self.prior}" if self.prior else "")
+
+
+def basis_text(data: Any) -> str:
+    """Basis.text() for a basis as JSON (from a hub or a file): '?' for what is not one."""
+    if not isinstance(data, dict):
+        return "?"
+    def number(value: Any) -> float | None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        return float(value) if ok else None
+    points = number(data.get("points"))
+    prior = data.get("prior")
+    return Basis(points=int(points) if points is not None and 0 <= points < 1e6 else 0,
+                 newest_age_s=number(data.get("newest_age_s")), oldest_age_s=number(data.get("oldest_age_s")),
+                 prior=str(prior)[:200] if prior is not None else None).text()
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+# -- compute ---------------------------------------------------------------------------------
+
+
+def compute_estimate(points: Sequence[tuple[float, float]], ages_s: Sequence[float | None],
+                     current: tuple[float, float] | None) -> tuple[ComputeCurve, Basis]:
+    """A rank's compute curve from earlier splits (points, ages_s) and the split running now
+    (`current`, measured last so it wins; age 0), with its basis."""
+    by_samples: dict[float, float | None] = {}
+    for (samples, _), age in zip(points, ages_s, strict=True):
+        by_samples[samples] = age
+    if current is not None:
+        by_samples[current[0]] = 0.0
+    merged = [*points, *([current] if current is not None else [])]
+    if not merged:
+        raise ValueError("a compute estimate needs a measured split")
+    if len(by_samples) < 2:
+        samples, seconds = merged[-1]
+        return ComputeCurve.proportional(samples / seconds), Basis.measured(by_samples.values(), COMPUTE_PRIOR)
+    return ComputeCurve.from_points(merged), Basis.measured(by_samples.values(),
+                                                            "beyond the measured splits: the slower of line and proportional")
+
+
+# -- communication ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """Seconds a step waits for communication beyond the slowest rank's compute.
+
+    Measured at the current split where the ranks report it; another set of ranks scales it
+    by the link prior (leaving a slow-link tier out shortens the all-reduce). Without a
+    measurement, the link prior alone."""
+
+    gradient_bytes: float
+    measured_s: float | None = None
+    measured_links: tuple[float, ...] = ()  # the links of the ranks running when it was measured
+
+    def seconds(self, links: Sequence[float]) -> float:
+        modelled = allreduce_seconds_prior(links, self.gradient_bytes)
+        if self.measured_s is None or len(links) < 2:
+            return modelled
+        reference = allreduce_seconds_prior(self.measured_links, self.gradient_bytes)
+        return self.measured_s * modelled / reference if reference > 0 else self.measured_s
+
+    def basis(self, links: Sequence[float] | None = None) -> Basis:
+        if self.measured_s is None:
+            return Basis(prior=LINK_PRIOR)
+        same = links is None or sorted(links) == sorted(self.measured_links)
+        return Basis.measured([0.0], None if same else "scaled to these ranks by the " + LINK_PRIOR)
+
+
+# -- power -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PowerCurve:
+    """Throughput kept at a cap, relative to the card's default limit: learned from the caps a
+    rank has run at ((cap_w, compute seconds per step at that cap), same split), the prior outside
+    them. Relative to the nearest measured cap, so a learned point moves every prediction near it."""
+
+    default_w: float
+    points: tuple[tuple[float, float], ...] = ()  # (cap_w, seconds per step), caps ascending
+    ages_s: tuple[float | None, ...] = ()
+
+    @classmethod
+    def learned(cls, default_w: float, points: Iterable[tuple[float, float]],
+                ages_s: Iterable[float | None] = ()) -> PowerCurve:
+        seen: dict[float, float] = {}
+        for cap_w, seconds in points:
+            if cap_w > 0 and seconds > 0 and math.isfinite(cap_w) and math.isfinite(seconds):
+                seen[float(cap_w)] = float(seconds)
+        ordered = tuple(sorted(seen.items()))
+        ages = tuple(ages_s)
+        return cls(default_w, ordered, ages if len(ages) == len(ordered) else tuple(None for _ in ordered))
+
+    def time_ratio(self, from_w: float, to_w: float) -> float:
+        """Compute seconds at `to_w` over compute seconds at `from_w` (>1: slower)."""
+        return self._inverse_speed(to_w) / self._inverse_speed(from_w)
+
+    def _inverse_speed(self, cap_w: float) -> float:
+        """Seconds per step at cap_w, up to a constant: measured points interpolated, the prior's
+        shape beyond them anchored at the nearest measured cap."""
+        prior = 1.0 / power_factor_prior(cap_w, self.default_w)
+        if len(self.points) == 0:
+            return prior
+        caps = [c for c, _ in self.points]
+        if len(self.points) >= 2 and caps[0] <= cap_w <= caps[-1]:
+            for (c0, t0), (c1, t1) in zip(self.points, self.points[1:], strict=False):
+                if c0 <= cap_w <= c1:
+                    return t0 + (t1 - t0) * (cap_w - c0) / (c1 - c0)
+        anchor_w, anchor_t = min(self.points, key=lambda p: abs(p[0] - cap_w))
+        return anchor_t * prior * power_factor_prior(anchor_w, self.default_w)
+
+    def basis(self) -> Basis:
+        if not self.points:
+            return Basis(prior=POWER_PRIOR)
+        prior = None if len(self.points) >= 2 else "beyond the measured cap: " + POWER_PRIOR
+        return Basis.measured(self.ages_s, prior)
