@@ -26,16 +26,16 @@ from gpumix.cli.node import start_node
 from gpumix.plan.inputs import plan_from_snapshot
 from gpumix.plan.planner import plan_to_json
 from gpumix.sim import job_model
-from gpumix.sim.machine import effective_link_bytes_per_s
 from gpumix.sim.rig import load_builtin_rig
+from gpumix.sim.world import World
 
 
 def ideal_step_s(rig_name: str, global_batch: int) -> float:
     rig = load_builtin_rig(rig_name)
     speeds = [job_model.BASE_SAMPLES_PER_S * gpu.model.relative_speed for gpu in rig.gpus]  # stock caps
     compute_s = global_batch / sum(speeds)
-    links = [effective_link_bytes_per_s(rig, i) for i in range(len(rig.gpus))]
-    return compute_s + job_model.exposed_comm_seconds(compute_s, job_model.allreduce_seconds(links))
+    allreduce_s = World(rig).allreduce_s(range(len(rig.gpus)))  # a rough bound: benchmarks/oracle_replan.py is exact
+    return compute_s + job_model.exposed_comm_seconds(compute_s, allreduce_s)
 
 
 def run_summary(hub: Any, seconds: float) -> dict[str, float]:

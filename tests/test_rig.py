@@ -84,6 +84,11 @@ def test_bad_rig_names_file_line_field(text: str, expected: str) -> None:
     assert "\n" not in message
 
 
+def test_host_memory_bandwidth_is_read_from_the_rig() -> None:
+    assert parse_rig(GOOD.replace("seed = 3", "seed = 3\nhost_memory_gb_s = 20.5"), "t.toml").host_memory_bytes_per_s == 20.5e9
+    assert parse_rig(GOOD, "t.toml").host_memory_bytes_per_s is None  # the world's default (docs/rigs.md)
+
+
 def test_rig_may_define_its_own_models(tmp_path: Path) -> None:
     path = tmp_path / "own.toml"
     path.write_text(
@@ -121,6 +126,8 @@ MINE = ('\n[models.mine]\nname = "X"\nmem_gib = 8\ntdp_w = 300\npower_limit_min_
         ('name = "t"\ngpus = [1, 2]\n', "t.toml:2: gpus[0]: expected a [[gpus]] table, got 1"),
         (GOOD.replace("seed = 3", "seed = -1"), "t.toml:2: seed: must be 0 to 4294967295, got -1"),
         (GOOD.replace("seed = 3", "seed = 3\npower_budget_w = nan"), "t.toml:3: power_budget_w: must be 1 to 1000000, got nan"),
+        (GOOD.replace("seed = 3", "seed = 3\nhost_memory_gb_s = 0"), "t.toml:3: host_memory_gb_s: must be 1 to 10000, got 0"),
+        (GOOD.replace("seed = 3", "seed = 3\nhost_memory_gb_s = inf"), "t.toml:3: host_memory_gb_s: must be 1 to 10000"),
         (GOOD.replace('name = "t"', f'name = "{"x" * 200}"'), "t.toml:1: name: must hold 1 to 128 characters, got 200"),
         ('name = "t"\n' + '[[gpus]]\nmodel = "rtx3090"\nslot_width = 16\n' * 65, "t.toml:2: gpus: must hold 0 to 64 entries"),
         ("a = " + "[" * 5000 + "]" * 5000, "t.toml:1: invalid TOML: nested too deeply"),

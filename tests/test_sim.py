@@ -6,7 +6,6 @@ import pynvml
 import pytest
 
 from gpumix.cli.hardware import simulated_hardware
-from gpumix.sim import job_model
 from gpumix.sim.machine import GpuActivity, SimMachine
 from gpumix.sim.nvml import SimHandle, SimNvml
 from gpumix.sim.rig import load_builtin_rig
@@ -44,16 +43,6 @@ def test_power_follows_load_up_to_the_cap(machine: SimMachine) -> None:
     assert machine.power_capped(7)
     machine.set_power_cap_w(7, 300)
     assert machine.power_w(7) <= 300
-
-
-def test_throughput_concave_in_cap() -> None:
-    assert job_model.power_factor(450, 450) == 1.0
-    assert job_model.power_factor(600, 450) == 1.0
-    at_80 = job_model.power_factor(0.8 * 350, 350)
-    at_60 = job_model.power_factor(0.6 * 350, 350)
-    assert 0.94 < at_80 < 0.96 and 0.86 < at_60 < 0.9
-    # concave: the first watts given up cost less than the next ones
-    assert (1 - at_80) < (at_80 - at_60)
 
 
 def test_some_calls_not_supported(machine: SimMachine) -> None:

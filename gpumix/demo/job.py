@@ -14,7 +14,6 @@ import threading
 from gpumix.demo.launch import SAMPLES_PER_RANK
 from gpumix.hub.core import Hub
 from gpumix.run.supervisor import Supervisor
-from gpumix.sim import job_model
 from gpumix.sim.machine import GpuActivity, SimMachine, activity_for_step
 
 JOB = "demo"
@@ -44,7 +43,7 @@ class DemoJob:
         self.machine.synthetic_job = False
         samples = [round(ranks[gpu.spec.uuid].get("samples") or SAMPLES_PER_RANK) if gpu.spec.uuid in ranks else 0
                    for gpu in self.machine.gpus]  # a GPU a plan left out runs no rank
-        timing = job_model.step_timing(self.machine.rank_loads(samples))
+        timing = self.machine.step_timing(samples)
         for index, gpu in enumerate(self.machine.gpus):
             rank = ranks.get(gpu.spec.uuid)
             if rank is None:

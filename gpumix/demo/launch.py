@@ -19,9 +19,8 @@ import signal
 import time
 
 from gpumix.hub.client import HubClient
-from gpumix.sim import job_model
-from gpumix.sim.machine import effective_link_bytes_per_s
-from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig, load_rig
+from gpumix.sim.rig import BUILTIN_RIGS, load_builtin_rig, load_rig
+from gpumix.sim.world import World
 from gpumix.wire.plan_file import RunPlan, load_plan
 
 SAMPLES_PER_RANK = 64  # the equal split a user starts with
@@ -29,19 +28,11 @@ PACE_PERIOD_S = 1.0
 ORPHAN_AFTER_POLLS = 5  # seconds without a hub before the demo ends itself
 
 
-def pace(rig: Rig, samples: list[int], caps_w: dict[str, float]) -> list[float]:
-    """Compute seconds per GPU of the rig (samples per GPU, 0 where no rank runs), then the
-    all-reduce seconds the step waits for (the shared array's layout)."""
-    loads = [
-        job_model.RankLoad(
-            relative_speed=gpu.model.relative_speed,
-            power_factor=job_model.power_factor(caps_w.get(gpu.uuid, gpu.model.tdp_w), gpu.model.tdp_w),
-            link_bytes_per_s=effective_link_bytes_per_s(rig, index),
-            samples=samples[index],
-        )
-        for index, gpu in enumerate(rig.gpus)
-    ]
-    timing = job_model.step_timing(loads)
+def pace(world: World, samples: list[int], caps_w: dict[str, float]) -> list[float]:
+    """The world's mean compute seconds per GPU of the rig (samples per GPU, 0 where no rank runs),
+    then the all-reduce seconds the step waits for (the shared array's layout). Each rank adds its
+    own seeded noise and loader stalls (world.step)."""
+    timing = world.mean_step(samples, [caps_w.get(gpu.uuid) for gpu in world.rig.gpus])
     return [*timing.compute_s, timing.comm_wait_s]
 
 
@@ -51,6 +42,7 @@ def main() -> None:
     parser.add_argument("--hub", required=True)
     args = parser.parse_args()
     rig = load_builtin_rig(args.rig) if args.rig in BUILTIN_RIGS else load_rig(args.rig)
+    physics = World(rig)
     plan_path = os.environ.get("GPUMIX_PLAN")
     plan = load_plan(plan_path) if plan_path else RunPlan.equal(len(rig.gpus), SAMPLES_PER_RANK)
     world = len(plan.shares)  # a plan may leave GPUs out: it names the ones it keeps
@@ -63,13 +55,13 @@ def main() -> None:
     from gpumix.demo.rank import run_rank
 
     context = multiprocessing.get_context("spawn")
-    shared_pace = context.Array("d", pace(rig, samples, {}), lock=False)
+    shared_pace = context.Array("d", pace(physics, samples, {}), lock=False)
     barrier = context.Barrier(world)
     stop = context.Event()
     ranks = [
         context.Process(target=run_rank, name=f"gpumix-demo-rank{rank}", daemon=True,
                         args=(rank, world, gpu_of_rank[rank], rig.gpus[gpu_of_rank[rank]].uuid, args.hub,
-                              plan.share(rank), shared_pace, barrier, stop))
+                              plan.share(rank), shared_pace, barrier, stop, rig.seed))
         for rank in range(world)
     ]
     for process in ranks:
@@ -84,7 +76,7 @@ def main() -> None:
             snapshot = client.snapshot()
             if snapshot is not None:  # power caps set in the TUI change the pace
                 caps = {gpu["uuid"]: gpu["power_cap_w"] for gpu in snapshot["gpus"] if gpu["power_cap_w"]}
-                shared_pace[:] = pace(rig, samples, caps)
+                shared_pace[:] = pace(physics, samples, caps)
             missed = 0 if snapshot is not None else missed + 1
             if os.getppid() != parent or missed >= ORPHAN_AFTER_POLLS:
                 break  # the supervisor or the hub is gone: a demo must not outlive them

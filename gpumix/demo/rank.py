@@ -1,7 +1,8 @@
 """One demo rank: paces itself like its simulated GPU and reports through the real agent.
 
-Each step: a short data wait, 'compute' for as long as this card needs for
-its share of the batch, then a barrier with every other rank followed by the
+Each step: a short data wait (and the world's seeded loader stalls), 'compute'
+for as long as this card needs for its share of the batch (the world's mean,
+times its seeded per-step noise), then a barrier with every other rank followed by the
 all-reduce time through host memory. Fast ranks wait at the barrier, as a
 4090 waits in NCCL's all-reduce for a 3060: that wait is communication time.
 A restart stops every rank after the same step (the barrier keeps them in
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpumix.sim.job_model import GRADIENT_BYTES
+from gpumix.sim.world import GRADIENT_BYTES, jitter
 from gpumix.wire.plan_file import RankShare
 
 DATA_WAIT_S = 0.004
@@ -29,7 +30,7 @@ def demo_loss(step: int, noise: random.Random) -> float:
 
 
 def run_rank(rank: int, world: int, gpu: int, gpu_uuid: str, hub: str, share: RankShare, pace: Any, barrier: Any,
-             stop: Any) -> None:
+             stop: Any, seed: int = 0) -> None:
     """`pace[gpu]` = compute seconds of this rank's step on its GPU, `pace[-1]` = the all-reduce seconds
     the step waits for."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), GPUMIX_GPU_UUID=gpu_uuid)
@@ -45,9 +46,10 @@ def run_rank(rank: int, world: int, gpu: int, gpu_uuid: str, hub: str, share: Ra
     step = agent.resume_step
     try:
         while not stop.is_set():
-            time.sleep(DATA_WAIT_S)
+            factor, stall_s = jitter(seed, gpu, step)
+            time.sleep(DATA_WAIT_S + stall_s)
             with agent.step(samples=share.samples) as record:
-                time.sleep(pace[gpu] * noise.uniform(0.98, 1.02))
+                time.sleep(pace[gpu] * factor)
                 comm_start = time.perf_counter()
                 barrier.wait(timeout=30)
                 time.sleep(pace[len(pace) - 1])

@@ -2,7 +2,7 @@
 
 Each is a published or measured rule of thumb (../docs/planner.md, ../docs/power.md), not the truth:
 the planner replaces the link prior by measured communication, and compute by the job's own curve,
-as soon as the ranks report them. The simulated world keeps its own formulas (gpumix.sim.job_model),
+as soon as the ranks report them. The simulated world keeps its own physics (gpumix.sim.world),
 so a demo can show where these priors are wrong.
 """
 

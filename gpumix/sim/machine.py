@@ -3,8 +3,8 @@
 State per GPU: its power cap (settable, as on a real card), what it is doing
 (`GpuActivity`, set by the synthetic job or by the demo ranks), and its
 cumulative PCIe byte counters. Readings follow GeForce behaviour: power
-follows load up to the cap, the link drops to gen1 at idle, throughput is
-concave in the cap. Deterministic under the rig's seed and a given clock.
+follows load up to the cap, the link drops to gen1 at idle; a step's timing is
+the world's (world.py). Deterministic under the rig's seed and a given clock.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpumix.hw.pcie import link_bytes_per_s
 from gpumix.sim import job_model
 from gpumix.sim.rig import Rig, SimGpuSpec
+from gpumix.sim.world import StepTiming, World, effective_link_bytes_per_s  # noqa: F401  (re-exported)
 
 GIB = 1024**3
 IDLE_MEM_BYTES = 300 * 1024**2
@@ -46,16 +46,6 @@ class SimGpuState:
     counters_at_s: float | None = None
 
 
-def effective_link_bytes_per_s(rig: Rig, index: int) -> float:
-    """A GPU's usable host link: its own link, or its share of the chipset uplink."""
-    spec = rig.gpus[index]
-    own = (link_bytes_per_s(spec.link_gen_max, spec.link_width_max) or 0.0) * job_model.LINK_EFFICIENCY
-    if not spec.behind_chipset:
-        return own
-    sharing = sum(1 for gpu in rig.gpus if gpu.behind_chipset)
-    return min(own, job_model.CHIPSET_UPLINK_BYTES_PER_S * job_model.LINK_EFFICIENCY / sharing)
-
-
 class SimMachine:
     """Thread-safe: the sampler thread reads while the demo job or a power control writes."""
 
@@ -64,6 +54,7 @@ class SimMachine:
         self.clock = clock
         self._lock = threading.Lock()
         self.gpus = [SimGpuState(spec=spec, power_cap_w=spec.model.tdp_w) for spec in rig.gpus]
+        self.world = World(rig)
         self.faults: dict[tuple[int, str], int] = {}  # (gpu, NVML function) -> NVML error code
         self.lost: set[int] = set()
         # Until real ranks (the demo job) drive the GPUs, an equal-split job keeps them busy.
@@ -84,21 +75,13 @@ class SimMachine:
     def run_synthetic_job(self, samples_per_rank: int = 64) -> None:
         """An equal-split data-parallel job on every GPU: the picture a mixed box shows
         before any re-planning (fast cards wait for the slow ones in the all-reduce)."""
-        loads = self.rank_loads([samples_per_rank] * len(self.gpus))
-        timing = job_model.step_timing(loads)
+        timing = self.step_timing([samples_per_rank] * len(self.gpus))
         for index in range(len(self.gpus)):
             self.set_activity(index, activity_for_step(timing, index, samples_per_rank, len(self.gpus)))
 
-    def rank_loads(self, samples: list[int]) -> list[job_model.RankLoad]:
-        return [
-            job_model.RankLoad(
-                relative_speed=gpu.spec.model.relative_speed,
-                power_factor=job_model.power_factor(gpu.power_cap_w, gpu.spec.model.tdp_w),
-                link_bytes_per_s=effective_link_bytes_per_s(self.rig, index),
-                samples=n,
-            )
-            for index, (gpu, n) in enumerate(zip(self.gpus, samples, strict=True))
-        ]
+    def step_timing(self, samples: list[int]) -> StepTiming:
+        """The world's mean step at these shares (0: no rank on that GPU) and the caps in force."""
+        return self.world.mean_step(samples, [gpu.power_cap_w for gpu in self.gpus])
 
     # -- power caps (as nvmlDeviceSetPowerManagementLimit) ---------------------
 
@@ -173,7 +156,7 @@ class SimMachine:
 
 
 def activity_for_step(
-    timing: job_model.StepTiming, rank: int, samples: int, ranks: int, pids: list[int] | None = None
+    timing: StepTiming, rank: int, samples: int, ranks: int, pids: list[int] | None = None
 ) -> GpuActivity:
     """What a GPU shows while running its share of data-parallel steps of this timing."""
     busy = timing.busy_fraction(rank)

@@ -76,6 +76,7 @@ class Rig:
     p2p_supported: bool  # GeForce refuses P2P; a rig may model cards (or old drivers) that allow it
     gpus: tuple[SimGpuSpec, ...]
     source: str  # the file it came from
+    host_memory_bytes_per_s: float | None = None  # what host memory copies at (the all-reduce's staging)
 
 
 _NUMBER = (int, float)
@@ -112,6 +113,7 @@ _TOP_FIELDS: _Spec = {
     "driver_version": (str, False, (1, 64)),
     "cuda_driver_version": (str, False, (1, 64)),
     "power_budget_w": (_NUMBER, False, (1, 1_000_000)),
+    "host_memory_gb_s": (_NUMBER, False, (1, 10_000)),
     "p2p_supported": (bool, False, None),
     "models": (dict, False, (0, 256)),
     "gpus": (list, True, (0, 64)),  # none: the clearer line below
@@ -340,6 +342,7 @@ def parse_rig(text: str, source: str) -> Rig:
         p2p_supported=data.get("p2p_supported", False),
         gpus=tuple(specs),
         source=source,
+        host_memory_bytes_per_s=float(data["host_memory_gb_s"]) * 1e9 if "host_memory_gb_s" in data else None,
     )
 
 

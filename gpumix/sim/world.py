@@ -1,0 +1,242 @@
+"""The simulated world's physics of a data-parallel step: it disagrees with the product's step model
+(gpumix.model) on purpose, each parameter from a measured or published fact (docs/rigs.md, "The
+world", lists them with sources; what is assumed says so).
+
+- Compute runs in waves of tiles: a rank's compute for n samples is a fixed per-step cost (the
+  optimizer and kernel launches) plus ceil(n / wave) whole waves. Measured on H200s: 13.8 ms for 512
+  samples, 17.4 ms for 563 (+26 % for +10 % samples): waves of 128 samples, 4 then 5 of them.
+- Power -> throughput per GPU model: piecewise linear through published points (RTX 3090 fp32
+  training: 80/90/95 % of peak at 280/330/380 W), not the product's prior (cap/TDP)^0.25.
+- The all-reduce goes through host memory (GeForce refuses P2P): each GPU moves 2(R-1)/R x the
+  gradient over its own link, the slowest link paces it, and every staged byte is written to and
+  read from host memory, so host-memory bandwidth paces it too. DDP overlaps it with the backward.
+- Per-rank noise and data-loader stalls, from a seeded generator: deterministic under a seed.
+
+Pure, no I/O. The demo ranks and the simulated GPUs follow it; the oracle benchmark searches it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpumix.hw.pcie import link_bytes_per_s
+from gpumix.sim.rig import Rig
+
+# -- the demo model ------------------------------------------------------------------------------
+# A ResNet-50-sized network: 25.6 M parameters, fp32 gradients.
+GRADIENT_BYTES = 102_400_000
+# Samples/s of an RTX 3090 at stock power on that model (mixed precision, 224 px), computing only.
+BASE_SAMPLES_PER_S = 400.0
+# Adam's step touches about 28 bytes per parameter (parameter, gradient and two moments read, three
+# written): 717 MB per step, at the card's memory bandwidth, plus ~200 kernel launches of ~5 us.
+OPTIMIZER_BYTES = 28 * 25_600_000
+LAUNCH_OVERHEAD_S = 0.001
+
+# -- links and host memory -----------------------------------------------------------------------
+# Host<->device copies reached 24-27 of 31.5 GB/s on gen4 x16 RTX 4090s (design notes, section 6):
+# the world uses the middle, 81 % (the product's prior says 80 %).
+LINK_EFFICIENCY = 0.81
+# The chipset's uplink to the CPU (gen4 x4 on current desktop boards), shared by the GPUs behind it.
+CHIPSET_UPLINK_BYTES_PER_S = link_bytes_per_s(4, 4) or 0.0
+# STREAM copy on a desktop with dual-channel DDR4-3200 (51.2 GB/s theoretical) measures ~38 GB/s.
+DEFAULT_HOST_MEMORY_BYTES_PER_S = 38e9
+# DDP's gradient buckets (bucket_cap_mb=25), reduced in order as the backward fills them.
+BUCKET_BYTES = 25 * 1024**2
+BACKWARD_SHARE = 2 / 3  # of a rank's compute: the backward takes about twice the forward
+
+# -- noise and stalls (assumed: a training job's step-to-step spread, a loader that runs dry) ---
+NOISE_SD = 0.02  # per rank and step, multiplicative
+STALL_PROBABILITY = 0.02  # per rank and step: the prefetch queue ran dry (a slow JPEG, a page fault)
+STALL_S = 0.040
+
+
+@dataclass(frozen=True)
+class Physics:
+    """One GPU model's physics for the demo model; `source` says where each figure comes from."""
+
+    wave_samples: int  # samples one wave of tiles covers
+    memory_bytes_per_s: float  # the card's memory bandwidth (the optimizer step)
+    reference_tdp_w: float  # the power curve's watts are for a board of this default limit
+    power_curve: tuple[tuple[float, float], ...]  # (cap W, share of peak throughput), caps ascending
+    source: str
+
+
+# RTX 3090 (82 SMs): fp32 training at 80/90/95 % of peak at 280/330/380 W (published sweep); three
+# 3090s lost ~27 % of gpu-burn throughput from 300 to 250 W, so 250 W ~ 0.61; below that, assumed a
+# straight line to 20 % at the 100 W minimum; above 380 W, assumed saturating at 96 % at 400 W.
+_CURVE_3090 = ((100.0, 0.20), (250.0, 0.61), (280.0, 0.80), (330.0, 0.90), (380.0, 0.95), (400.0, 0.96),
+               (480.0, 0.97))
+
+PHYSICS: dict[str, Physics] = {
+    "NVIDIA GeForce RTX 3060": Physics(
+        wave_samples=4, memory_bytes_per_s=360e9, reference_tdp_w=170.0,
+        # no published training sweep: the 3090's curve at the same share of the default limit
+        power_curve=tuple((w * 170.0 / 350.0, share) for w, share in _CURVE_3090),
+        source="28 SMs, 360 GB/s; power: the 3090's curve scaled to 170 W (assumed)"),
+    "NVIDIA GeForce RTX 3090": Physics(
+        wave_samples=8, memory_bytes_per_s=936e9, reference_tdp_w=350.0, power_curve=_CURVE_3090,
+        source="82 SMs, 936 GB/s; power: published fp32 training points 280/330/380 W -> 80/90/95 %"),
+    "NVIDIA GeForce RTX 4090": Physics(
+        wave_samples=16, memory_bytes_per_s=1008e9, reference_tdp_w=450.0,
+        # reviews at reduced power targets (3D and compute, not a training sweep): ~95 % at 70 %
+        # (315 W), ~88 % at 60 % (270 W); below, assumed a line to 45 % at the 150 W minimum; above
+        # 450 W, +2 % at 600 W
+        power_curve=((150.0, 0.45), (270.0, 0.88), (315.0, 0.95), (360.0, 0.98), (450.0, 1.0), (600.0, 1.02)),
+        source="128 SMs, 1008 GB/s; power: reviews at 60/70 % power target -> 88/95 %"),
+    "NVIDIA GeForce RTX 5070 Ti": Physics(
+        wave_samples=8, memory_bytes_per_s=896e9, reference_tdp_w=300.0,
+        # no published sweep of its narrow 250-350 W range: assumed 93 % at 250 W, +2 % at 350 W
+        power_curve=((250.0, 0.93), (300.0, 1.0), (350.0, 1.02)),
+        source="70 SMs, 896 GB/s; power: assumed 93 % at 250 W, 102 % at 350 W"),
+}
+# A model the world has no physics for (a rig's own [models.KEY]): a 3090's, scaled to its limit.
+FALLBACK = PHYSICS["NVIDIA GeForce RTX 3090"]
+
+
+def physics_of(name: str) -> Physics:
+    return PHYSICS.get(name, FALLBACK)
+
+
+def throughput_share(physics: Physics, cap_w: float, tdp_w: float) -> float:
+    """Throughput at a cap relative to the board's default limit (can exceed 1 above it)."""
+    return _curve(physics, cap_w * physics.reference_tdp_w / tdp_w) / _curve(physics, physics.reference_tdp_w)
+
+
+def _curve(physics: Physics, watts: float) -> float:
+    points = physics.power_curve
+    caps = [w for w, _ in points]
+    if watts <= caps[0]:
+        return points[0][1] * max(watts, 1.0) / caps[0]  # below the lowest point: proportional
+    if watts >= caps[-1]:
+        return points[-1][1]
+    i = bisect_right(caps, watts)
+    (w0, s0), (w1, s1) = points[i - 1], points[i]
+    return s0 + (s1 - s0) * (watts - w0) / (w1 - w0)
+
+
+def exposed_comm_seconds(slowest_compute_s: float, allreduce_s: float, gradient_bytes: float = GRADIENT_BYTES) -> float:
+    """The all-reduce's time not hidden behind the backward. Buckets become ready as the slowest
+    rank's backward produces them (linearly over it); the links reduce one bucket at a time."""
+    if allreduce_s <= 0 or gradient_bytes <= 0:
+        return 0.0
+    forward_s = slowest_compute_s * (1 - BACKWARD_SHARE)
+    produced = finish_s = 0.0
+    while produced < gradient_bytes:
+        size = min(BUCKET_BYTES, gradient_bytes - produced)
+        produced += size
+        ready_s = forward_s + slowest_compute_s * BACKWARD_SHARE * produced / gradient_bytes
+        finish_s = max(finish_s, ready_s) + allreduce_s * size / gradient_bytes
+    return finish_s - slowest_compute_s
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    compute_s: tuple[float, ...]  # per GPU of the rig (0 where it runs no rank)
+    data_wait_s: tuple[float, ...]  # per GPU: the loader's stall before its compute
+    allreduce_s: float  # the links' busy time for one all-reduce
+    comm_wait_s: float  # what of it the step waits for after the slowest rank's compute
+    step_s: float
+
+    def busy_fraction(self, rank: int) -> float:
+        return self.compute_s[rank] / self.step_s if self.step_s > 0 else 0.0
+
+    def wait_fraction(self, rank: int) -> float:
+        """Share of the step a rank waits for the slowest one before the all-reduce."""
+        ready = [c + d for c, d in zip(self.compute_s, self.data_wait_s, strict=True)]
+        return (max(ready) - ready[rank]) / self.step_s if self.step_s > 0 else 0.0
+
+
+class World:
+    """A rig's GPUs training the demo model. Mean costs (`compute_s`, `allreduce_s`, `mean_step`) are
+    what the oracle searches; `step` adds the seeded noise and stalls a run sees."""
+
+    def __init__(self, rig: Rig, seed: int | None = None, gradient_bytes: float = GRADIENT_BYTES) -> None:
+        self.rig = rig
+        self.seed = rig.seed if seed is None else seed
+        self.gradient_bytes = gradient_bytes
+        self.physics = [physics_of(gpu.model.name) for gpu in rig.gpus]
+        self.links = [effective_link_bytes_per_s(rig, i) for i in range(len(rig.gpus))]
+        self.host_memory_bytes_per_s = rig.host_memory_bytes_per_s or DEFAULT_HOST_MEMORY_BYTES_PER_S
+
+    def speed(self, index: int, cap_w: float | None = None) -> float:
+        """Samples/s of full waves on this GPU at this cap."""
+        model = self.rig.gpus[index].model
+        cap = model.tdp_w if cap_w is None else cap_w
+        return BASE_SAMPLES_PER_S * model.relative_speed * throughput_share(self.physics[index], cap, model.tdp_w)
+
+    def fixed_s(self, index: int) -> float:
+        return LAUNCH_OVERHEAD_S + OPTIMIZER_BYTES / self.physics[index].memory_bytes_per_s
+
+    def compute_s(self, index: int, samples: int, cap_w: float | None = None, micro_batch: int | None = None) -> float:
+        """Mean compute seconds of one step: a fixed cost plus whole waves of tiles in each
+        micro-batch (accumulation: samples // micro_batch passes, and one for the rest)."""
+        if samples <= 0:
+            return 0.0
+        wave = self.physics[index].wave_samples
+        micro = min(samples, micro_batch) if micro_batch and micro_batch > 0 else samples
+        passes = [micro] * (samples // micro) + ([samples % micro] if samples % micro else [])
+        waves = sum(math.ceil(n / wave) for n in passes)
+        return self.fixed_s(index) + waves * wave / self.speed(index, cap_w)
+
+    def allreduce_s(self, taking_part: Sequence[int]) -> float:
+        """The all-reduce through host memory over these GPUs: paced by the slowest link, or by host
+        memory (every staged byte written and read once: 4(R-1) x gradient bytes), whichever is slower."""
+        ranks = len(taking_part)
+        if ranks < 2:
+            return 0.0
+        per_link = 2 * (ranks - 1) / ranks * self.gradient_bytes
+        by_link = per_link / min(self.links[i] for i in taking_part)
+        by_host = 4 * (ranks - 1) * self.gradient_bytes / self.host_memory_bytes_per_s
+        return max(by_link, by_host)
+
+    def mean_step(self, samples: Sequence[int], caps_w: Sequence[float | None] | None = None,
+                  micro_batches: Sequence[int | None] | None = None) -> StepTiming:
+        return self.step(samples, caps_w, step=None, micro_batches=micro_batches)
+
+    def step(self, samples: Sequence[int], caps_w: Sequence[float | None] | None = None,
+             step: int | None = None, micro_batches: Sequence[int | None] | None = None) -> StepTiming:
+        """One step with `samples` per GPU (0: no rank there); step=None: the mean, else that step's
+        noise and stalls (the same seed and step give the same timing)."""
+        caps = list(caps_w) if caps_w is not None else [None] * len(samples)
+        micros = list(micro_batches) if micro_batches is not None else [None] * len(samples)
+        compute, waits = [], []
+        for index, n in enumerate(samples):
+            mean = self.compute_s(index, n, caps[index], micros[index])
+            if step is None or n <= 0:
+                compute.append(mean)
+                waits.append(0.0)
+                continue
+            factor, stall_s = jitter(self.seed, index, step)
+            compute.append(mean * factor)
+            waits.append(stall_s)
+        taking_part = [i for i, n in enumerate(samples) if n > 0]
+        allreduce = self.allreduce_s(taking_part)
+        slowest = max((c + w for c, w in zip(compute, waits, strict=True)), default=0.0)
+        exposed = exposed_comm_seconds(slowest, allreduce, self.gradient_bytes)
+        return StepTiming(compute_s=tuple(compute), data_wait_s=tuple(waits), allreduce_s=allreduce,
+                          comm_wait_s=exposed, step_s=slowest + exposed)
+
+    def isolated_samples_per_s(self, index: int, samples: int, cap_w: float | None = None) -> float:
+        """What this GPU trains alone at this share: no waiting, no all-reduce."""
+        return samples / self.compute_s(index, samples, cap_w) if samples > 0 else 0.0
+
+
+def jitter(seed: int, index: int, step: int) -> tuple[float, float]:
+    """(compute factor, loader stall seconds) of one GPU's step: seeded, so a run repeats."""
+    rng = random.Random(f"{seed}:{index}:{step}")
+    factor = max(0.5, rng.gauss(1.0, NOISE_SD))
+    return factor, STALL_S if rng.random() < STALL_PROBABILITY else 0.0
+
+
+def effective_link_bytes_per_s(rig: Rig, index: int) -> float:
+    """A GPU's usable host link: its own link, or its share of the chipset uplink."""
+    spec = rig.gpus[index]
+    own = (link_bytes_per_s(spec.link_gen_max, spec.link_width_max) or 0.0) * LINK_EFFICIENCY
+    if not spec.behind_chipset:
+        return own
+    sharing = sum(1 for gpu in rig.gpus if gpu.behind_chipset)
+    return min(own, CHIPSET_UPLINK_BYTES_PER_S * LINK_EFFICIENCY / sharing)
