@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, Protocol
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -28,16 +28,10 @@ from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog
 from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
+from gpumix.wire.snapshot_types import Source
 
-
-class SnapshotSource(Protocol):
-    """What the app reads and asks: an in-process Hub, or a HubClient of a running one."""
-
-    def snapshot(self) -> dict[str, Any] | None: ...
-
-    def series(self, index: int, name: str) -> list[float | None]: ...
-
-    def control(self, request: dict[str, Any]) -> dict[str, Any]: ...
+# What the app reads and asks: an in-process Hub, a HubClient of a running one, several hubs.
+SnapshotSource = Source
 
 
 def _user_name() -> str:

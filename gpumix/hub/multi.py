@@ -13,19 +13,11 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 from gpumix.hub.ranks import mark_stragglers, runs_summary
 from gpumix.power.tiers import tier_table
-
-
-class Source(Protocol):
-    def snapshot(self) -> dict[str, Any] | None: ...
-
-    def series(self, index: int, name: str) -> list[float | None]: ...
-
-    def control(self, request: dict[str, Any]) -> dict[str, Any]: ...
-
+from gpumix.wire.snapshot_types import Snapshot, Source
 
 RESULT_TYPES = {"power": "power_result", "replan": "replan_result", "supervisor": "supervisor_work"}
 
@@ -59,13 +51,13 @@ class MultiHubSource:
     # -- reading --------------------------------------------------------------------------
 
     @staticmethod
-    def _poll(source: Source) -> dict[str, Any] | None:
+    def _poll(source: Source) -> Snapshot | None:
         try:
             return source.snapshot()
         except Exception:  # one node's failure is that node unreachable, never the view's end
             return None
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> Snapshot | None:
         results = list(self._pool.map(self._poll, self.sources))
         with self._lock:
             for i, result in enumerate(results):

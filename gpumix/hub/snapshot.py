@@ -1,8 +1,8 @@
 """The snapshot: one JSON-ready dict with everything a client shows.
 
-Top-level keys: `gpus`, `host`, `p2p`, `ranks`, `run`, `runs`, `findings`,
-`plan` (the hub fills ranks, runs and findings). Units sit in key names. The
-TUI, `--once --json` and remote clients all read this same shape.
+Its shape is the contract in `gpumix.wire.snapshot_types` (`Snapshot`, published as a JSON schema in
+docs/json.md); the hub fills ranks, runs and findings. The TUI, `--once --json` and remote clients
+all read this same shape.
 
 Ranks of different jobs never wait for each other: whatever compares ranks
 (stragglers, wait shares, a run's pace) groups them with `ranks_by_job`.
@@ -17,8 +17,9 @@ from typing import Any
 from gpumix.hw.host import HostSample, ProcessSample
 from gpumix.hw.pcie import link_bytes_per_s
 from gpumix.hw.types import DriverInfo, GpuInfo, GpuSample, P2PLink
+from gpumix.wire.snapshot_types import SCHEMA_VERSION, GpuRow, ProcessRow, Snapshot
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = SCHEMA_VERSION  # the contract's version (gpumix/wire/snapshot_types.py)
 # A link is judged only under load: GeForce cards drop to gen1 at idle (P8).
 UNDER_LOAD_UTIL_PCT = 30.0
 UNDER_LOAD_PCIE_BYTES_PER_S = 1e9
@@ -36,7 +37,7 @@ def _share(rate: float | None, limit: float | None) -> float | None:
     return rate / limit
 
 
-def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample]) -> dict[str, Any]:
+def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample]) -> GpuRow:
     """Static facts, the tick's readings and what follows from them, for one GPU."""
     row: dict[str, Any] = {
         **asdict(info),
@@ -61,9 +62,9 @@ def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample
     )
     row["pcie_link_below_max_under_load"] = bool(below_max and row["under_load"])
     row["processes"] = [
-        {**asdict(proc), **_process_fields(processes.get(proc.pid))} for proc in sample.processes
+        ProcessRow(**asdict(proc), **_process_fields(processes.get(proc.pid))) for proc in sample.processes
     ]
-    return row
+    return GpuRow(**row)
 
 
 def _process_fields(process: ProcessSample | None) -> dict[str, Any]:
@@ -85,8 +86,9 @@ def build_snapshot(
     processes: dict[int, ProcessSample],
     p2p: list[P2PLink],
     hostname: str | None = None,
-) -> dict[str, Any]:
+) -> Snapshot:
     return {
+        "schema_version": SCHEMA_VERSION,
         "version": SNAPSHOT_VERSION,
         "timestamp_s": timestamp_s,
         "hostname": hostname or socket.gethostname(),

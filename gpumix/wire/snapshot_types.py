@@ -1,0 +1,278 @@
+"""The snapshot contract: the shape every client reads, declared once.
+
+The hub builds it (`gpumix.hub.snapshot`, `gpumix.hub.core`); the TUI, the CLI (`--once --json`),
+Prometheus, the recorder and the planner read it. `scripts/json_schema.py` turns these TypedDicts
+into the JSON schema published in docs/json.md. Units sit in key names; `None` is "not available".
+A reader must accept keys it does not know (a newer hub may add some): `SCHEMA_VERSION` changes
+only when a key changes meaning or type or goes away.
+
+Also here, because agent and hub both need it: the step message an agent sends (`StepMessage`;
+the hub's range for each number is `gpumix.hub.ranks.STEP_RANGES`). Standard library only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, Protocol, TypedDict
+
+SCHEMA_VERSION = 1
+
+# -- the step message (agent -> hub) -------------------------------------------------------------
+
+class StepMessage(TypedDict):
+    """One ended step, as an agent sends it; a number not known is left out."""
+
+    type: Literal["step"]
+    step: int
+    step_time_s: float
+    t: NotRequired[float]
+    samples: NotRequired[float]
+    tokens: NotRequired[float]
+    loss: NotRequired[float]
+    lr: NotRequired[float]
+    data_wait_s: NotRequired[float]
+    forward_s: NotRequired[float]
+    backward_s: NotRequired[float]
+    optimizer_s: NotRequired[float]
+    comm_s: NotRequired[float]
+    mem_allocated_bytes: NotRequired[float]
+    mem_reserved_bytes: NotRequired[float]
+    mem_peak_bytes: NotRequired[float]
+    micro_batch: NotRequired[float]
+    accumulation_steps: NotRequired[float]
+    cpu_pct: NotRequired[float]
+    rss_bytes: NotRequired[float]
+    dropped: NotRequired[float]
+    gradient_bytes: NotRequired[float]
+
+
+# -- the snapshot (hub -> clients) ---------------------------------------------------------------
+
+
+class DriverRow(TypedDict):
+    driver_version: str | None
+    cuda_driver_version: str | None
+    nvml_version: str | None
+
+
+class ProcessRow(TypedDict):
+    """A process on a GPU (NVML), with what the host says about it."""
+
+    pid: int
+    gpu_mem_bytes: int | None
+    name: str | None
+    user: str | None
+    cpu_pct: float | None
+    rss_bytes: int | None
+    command: str | None
+
+
+class GpuRow(TypedDict):
+    """One GPU: static facts, the tick's readings and what follows from them."""
+
+    index: int
+    uuid: str
+    name: str
+    brand: str | None
+    pci_bus_id: str | None
+    mem_total_bytes: int | None
+    power_limit_min_w: float | None
+    power_limit_max_w: float | None
+    power_limit_default_w: float | None
+    pcie_gen_max_gpu: int | None
+    pcie_gen_max: int | None
+    pcie_width_max: int | None
+    model: str
+    tier: str
+    timestamp_s: float
+    lost: bool
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    mem_used_bytes: int | None
+    power_w: float | None
+    power_cap_w: float | None
+    power_cap_enforced_w: float | None
+    temperature_c: float | None
+    fan_pct: float | None
+    clock_sm_mhz: float | None
+    clock_mem_mhz: float | None
+    clock_event_reasons: list[str] | None
+    pcie_link_gen_current: int | None
+    pcie_link_width_current: int | None
+    pcie_rx_bytes_per_s: float | None
+    pcie_tx_bytes_per_s: float | None
+    pcie_replay_count: int | None
+    energy_j: float | None
+    processes: list[ProcessRow]
+    pcie_link_bytes_per_s_current: float | None
+    pcie_link_bytes_per_s_max: float | None
+    pcie_rx_link_share: float | None
+    pcie_tx_link_share: float | None
+    under_load: bool
+    pcie_link_below_max_under_load: bool
+    ranks: NotRequired[list[int]]  # live ranks on this GPU (the hub adds them)
+
+
+class HostRow(TypedDict):
+    cpu_pct: float
+    cpu_per_core_pct: list[float]
+    mem_used_bytes: int
+    mem_total_bytes: int
+    swap_used_bytes: int
+    swap_total_bytes: int
+    load_avg: list[float]
+    infiniband: bool
+
+
+class P2PRow(TypedDict):
+    gpu_a: int
+    gpu_b: int
+    read: str | None
+    write: str | None
+    topology: str | None
+    nvlinks: int
+
+
+class OperatingPoint(TypedDict):
+    """What a rank measured at one split (kept across restarts): the planner's data."""
+
+    samples: float
+    compute_s: float
+    micro_batch: float | None
+    mem_peak_bytes: float | None
+    age_s: float
+
+
+class TransportChannel(TypedDict):
+    src: int
+    dst: int
+    transport: str | None
+
+
+class RankRow(TypedDict):
+    """One training rank's figures: medians over its last steps, the rest from its last step."""
+
+    rank: int
+    world_size: int | None
+    local_rank: int | None
+    pid: int | None
+    hostname: str | None
+    job: str | None
+    run_id: str | None
+    gpu_uuid: str | None
+    connected: bool
+    last_seen_s: float
+    step: int | None
+    step_time_s: float | None
+    compute_s: float | None
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    comm_share: float | None
+    data_wait_share: float | None
+    forward_s: float | None
+    backward_s: float | None
+    optimizer_s: float | None
+    loss: float | None
+    loss_history: list[float]
+    lr: float | None
+    mem_peak_bytes: float | None
+    mem_allocated_bytes: float | None
+    micro_batch: float | None
+    samples: float | None
+    gradient_bytes: float | None
+    accumulation_steps: float | None
+    cpu_pct: float | None
+    rss_bytes: float | None
+    dropped: float | None
+    rejected_values: int
+    env: dict[str, str]
+    versions: dict[str, str]
+    transport: list[TransportChannel]
+    straggler: bool
+    points: list[OperatingPoint]
+    detail_dropped: NotRequired[bool]
+
+
+class RunRow(TypedDict):
+    """One job's pace: it moves at its slowest live rank."""
+
+    job: str | None
+    run_id: str | None
+    ranks: int
+    step_time_s: float
+    samples_per_s: float | None
+    stragglers: list[int]
+
+
+class FindingRow(TypedDict):
+    id: str
+    severity: Literal["info", "warning", "error"]
+    title: str
+    evidence: str
+    fix: str
+    gpus: list[int]
+
+
+class TierRow(TypedDict):
+    """Cards of one model and VRAM size, and whether they wait or drag."""
+
+    tier: str
+    gpus: list[int]
+    count: int
+    util_mean_pct: float | None
+    power_w: float | None
+    power_cap_w: float | None
+    ranks: list[int]
+    samples_per_s: float | None
+    wait_share: float | None
+    flag: str | None
+    evidence: str | None
+    options: list[str]
+
+
+class JobRow(TypedDict):
+    """A supervised job (`gpumix run`), as its supervisor last reported."""
+
+    state: str
+    message: str | None
+    restarts: int
+    plan_id: str | None
+    resume_step: int | None
+    pid: int | None
+    granularity: int | None
+    accepts_plan: bool
+    plans: list[dict[str, Any]]
+    last_seen_s: float
+    queued_plans: int
+
+
+class Snapshot(TypedDict):
+    """Everything a client shows, as of one hardware tick and the ranks' steps since."""
+
+    schema_version: int
+    version: int  # the same number, under its first name (readers of version 1 read this)
+    timestamp_s: float
+    hostname: str
+    source: str  # "nvml", "sim:RIG", "replay:FILE", ...
+    driver: DriverRow
+    gpus: list[GpuRow]
+    host: HostRow | None
+    p2p: list[P2PRow]
+    ranks: list[RankRow]
+    run: RunRow | None  # the job with most live ranks
+    runs: dict[str, RunRow]  # every job's run, by job label
+    findings: list[FindingRow]
+    plan: dict[str, Any] | None
+    # the hub adds these when it merges ranks (a bare hardware snapshot lacks them)
+    power_budget_w: NotRequired[float | None]
+    tiers: NotRequired[list[TierRow]]
+    jobs: NotRequired[dict[str, JobRow]]
+
+
+class Source(Protocol):
+    """What a client reads and asks: an in-process Hub, a HubClient of a running one, several hubs."""
+
+    def snapshot(self) -> Snapshot | None: ...
+
+    def series(self, index: int, name: str) -> list[float | None]: ...
+
+    def control(self, request: dict[str, Any]) -> dict[str, Any]: ...
