@@ -155,3 +155,41 @@ def test_a_rank_reporting_absurd_numbers_makes_the_plan_refuse(demo_hub: Hub, fi
 def test_absurd_requests_from_the_command_line_are_refused(demo_hub: Hub, arguments: dict[str, Any], says: str) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
         plan_from_snapshot(straggling_job(demo_hub), "train", **arguments)
+
+
+def _two_tier_job(hub: Hub, clock: ManualClock) -> None:
+    """Rank 0 on GPU 0 (a 3060): 32 samples in 0.20 s of compute; rank 1 on GPU 7 (a 4090): 32 in
+    0.05 s, then it waits 0.15 s; the all-reduce's tail: 0.02 s. Step 0.22 s for 64 samples."""
+    uuids = [hub.snapshot()["gpus"][i]["uuid"] for i in (0, 7)]
+    keys = [hub.agent_hello(parse_hello({"rank": r, "world_size": 2, "job": "train", "pid": 300 + r,
+                                         "gpu_uuid": uuids[r]})) for r in range(2)]
+    for step in range(MEDIAN_WINDOW + 2):
+        for compute_s, key in zip((0.20, 0.05), keys, strict=True):
+            hub.agent_step(key, parse_step({"step": step, "step_time_s": 0.22, "samples": 32, "micro_batch": 32,
+                                            "comm_s": 0.22 - compute_s, "data_wait_s": 0.0}))
+        clock.advance(0.22)
+
+
+def test_the_run_shows_its_share_of_the_gpus_isolated_sum(demo_hub: Hub, clock: ManualClock) -> None:
+    from gpumix.tui.panels import run_line
+
+    _two_tier_job(demo_hub, clock)
+    snapshot = demo_hub.snapshot()
+    eff = snapshot["run"]["efficiency"]
+    bound = 32 / 0.20 + 32 / 0.05  # 160 + 640 samples/s, each GPU alone
+    assert math.isclose(eff["bound_samples_per_s"], bound)
+    assert math.isclose(eff["share"], 64 / 0.22 / bound)  # 291 of 800: 36 %
+    assert math.isclose(eff["equal_split_share"], eff["share"])  # the job runs the equal split
+    # the 4090 alone: 64 samples in 0.1 s, no all-reduce: 640 of 800
+    assert eff["fast_tier"] == "RTX 4090 24G" and math.isclose(eff["fast_tier_only_share"], 640 / bound)
+    assert "36 % of Σ GPUs (equal 36 %, fast tier 80 %)" in run_line(snapshot)
+
+
+def test_no_efficiency_until_every_rank_reports_its_compute(demo_hub: Hub, clock: ManualClock) -> None:
+    uuid = demo_hub.snapshot()["gpus"][0]["uuid"]
+    key = demo_hub.agent_hello(parse_hello({"rank": 0, "world_size": 1, "job": "train", "pid": 5, "gpu_uuid": uuid}))
+    demo_hub.agent_step(key, parse_step({"step": 0, "step_time_s": 0.2}))  # no samples
+    run = demo_hub.snapshot()["run"]
+    assert run["efficiency"] is None
+    from gpumix.tui.panels import run_line
+    assert "Σ GPUs" not in run_line(demo_hub.snapshot())

@@ -47,10 +47,22 @@ def run_line(snapshot: dict[str, Any]) -> str:
     others = len(snapshot.get("runs") or {}) - 1
     job = f"{fmt.plain(run.get('job') or 'unnamed')}: " if others > 0 else ""
     line = (f" {job}{fmt.plain(run['ranks'])} ranks · step {fmt.fixed(run['step_time_s'], 3)}s"
-            f" · {fmt.fixed(run['samples_per_s'])} samples/s{who}" + (f" · +{others} other jobs" if others > 0 else ""))
+            f" · {fmt.fixed(run['samples_per_s'])} samples/s{efficiency_field(run)}{who}"
+            + (f" · +{others} other jobs" if others > 0 else ""))
     busy = [f"{fmt.plain(job)}: {fmt.plain(status.get('message'))}" for job, status in snapshot.get("jobs", {}).items()
             if status.get("state") in ("stopping", "relaunching") or "aborted" in fmt.plain(status.get("message"))]
     return line + ("\n " + busy[0] if busy else "")
+
+
+def efficiency_field(run: dict[str, Any]) -> str:
+    """' · 71 % of Σ GPUs (equal 45 %, fast tier 52 %)': achieved against the GPUs' isolated sum."""
+    eff = run.get("efficiency")
+    share = fmt.number(eff.get("share")) if isinstance(eff, dict) else None
+    if share is None:
+        return ""
+    others = [f"{name} {fmt.number(eff.get(key)) * 100:.0f} %" for name, key in
+              (("equal", "equal_split_share"), ("fast tier", "fast_tier_only_share")) if fmt.number(eff.get(key)) is not None]
+    return f" · {share * 100:.0f} % of Σ GPUs" + (f" ({', '.join(others)})" if others else "")
 
 
 def power_line(snapshot: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpumix.advice.advisor import AdvisorSettings, findings
+from gpumix.hub.efficiency import add_efficiency
 from gpumix.hub.history import GpuHistory
 from gpumix.hub.ranks import (
     RankStream,
@@ -162,6 +163,7 @@ class Hub:
         snapshot = dict(hardware_snapshot)
         snapshot["ranks"] = ranks
         snapshot["run"], snapshot["runs"] = runs_summary(ranks)
+        add_efficiency(snapshot["runs"], ranks, hardware_snapshot["gpus"])
         gpus = []
         for gpu in hardware_snapshot["gpus"]:
             on_gpu = [r["rank"] for r in ranks if r["gpu_uuid"] == gpu["uuid"] and r["connected"]]
