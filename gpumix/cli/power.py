@@ -21,6 +21,7 @@ from gpumix.cli.common import (
 )
 from gpumix.hub.core import Hub
 from gpumix.hw.hardware import Hardware
+from gpumix.wire.snapshot_types import Snapshot
 
 PROG = "gpumix"
 
@@ -60,7 +61,7 @@ def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace)
 class PowerSource(Protocol):
     """Where power and doctor read and act: the running hub (a HubClient), or one in this process."""
 
-    def snapshot(self) -> dict[str, Any] | None: ...
+    def snapshot(self) -> Snapshot | None: ...
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -82,7 +83,7 @@ def read_snapshot(source: PowerSource) -> dict[str, Any]:
     return snapshot
 
 
-def show_table(snapshot: dict[str, Any]) -> str:
+def show_table(snapshot: Snapshot) -> str:
     lines = [f"{'GPU':>3} {'tier':<14} {'draw W':>7} {'cap W':>6} {'default':>7} {'range W':>10}"]
     for gpu in snapshot["gpus"]:
         def watts(value: float | None) -> str:

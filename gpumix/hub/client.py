@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from gpumix.wire import auth, protocol
+from gpumix.wire.snapshot_types import Snapshot
 
 REPLY_TYPES = {"snapshot", "series", "power_result", "replan_result", "supervisor_work", "error"}
 TLS_RECORD_STARTS = (b"\x15\x03", b"\x16\x03")  # a TLS alert or handshake record where a frame was due
@@ -147,7 +148,7 @@ class HubClient:
                         raise
         raise AssertionError("unreachable")
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> Snapshot | None:
         try:
             return self.request({"type": "snapshot"})["snapshot"]
         except (OSError, ConnectionError, protocol.ProtocolError):

@@ -15,6 +15,7 @@ from gpumix.plan.planner import (
     estimate_mem_per_sample,
     plan,
 )
+from gpumix.wire.snapshot_types import Snapshot
 
 MIN_COMPUTE_SHARE = 0.01
 
@@ -23,11 +24,11 @@ class PlanInputError(ValueError):
     """Not enough measured to plan; str() is the one line shown."""
 
 
-def jobs(snapshot: dict[str, Any]) -> list[str]:
+def jobs(snapshot: Snapshot) -> list[str]:
     return sorted({r["job"] or "" for r in snapshot.get("ranks", []) if r.get("connected")})
 
 
-def pick_job(snapshot: dict[str, Any], job: str | None) -> str:
+def pick_job(snapshot: Snapshot, job: str | None) -> str:
     names = jobs(snapshot)
     if job is not None:
         if job not in names:
@@ -80,7 +81,7 @@ def _mem_per_sample(rank: dict[str, Any]) -> float | None:
                                     if p.get("micro_batch") and p.get("mem_peak_bytes")])
 
 
-def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
+def measures(snapshot: Snapshot, job: str) -> list[RankMeasure]:
     gpus = {gpu["uuid"]: gpu for gpu in snapshot["gpus"]}
     result = []
     for rank in snapshot.get("ranks", []):
@@ -109,7 +110,7 @@ def measures(snapshot: dict[str, Any], job: str) -> list[RankMeasure]:
     return result
 
 
-def measured_comm_s(snapshot: dict[str, Any], job: str) -> float | None:
+def measured_comm_s(snapshot: Snapshot, job: str) -> float | None:
     """The step's time beyond the slowest rank's compute: the communication (and data wait) the
     step waits for, at the split running now. None unless every rank reports its communication."""
     ranks = [r for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")]
@@ -119,7 +120,7 @@ def measured_comm_s(snapshot: dict[str, Any], job: str) -> float | None:
     return max(0.0, step_s - max(r["compute_s"] for r in ranks))
 
 
-def plan_from_snapshot(snapshot: dict[str, Any], job: str | None = None, global_batch: int | None = None,
+def plan_from_snapshot(snapshot: Snapshot, job: str | None = None, global_batch: int | None = None,
                        gradient_bytes: float | None = None, granularity: int | None = None,
                        exclude: frozenset[int] = frozenset()) -> tuple[str, Plan]:
     """(job, plan) for the running job; the global batch stays what it is unless given. The

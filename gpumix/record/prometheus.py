@@ -25,6 +25,7 @@ from gpumix.wire.auth import (
     is_loopback,  # a host name counts as public: we cannot tell where it resolves
 )
 from gpumix.wire.jobs import job_label
+from gpumix.wire.snapshot_types import Snapshot
 
 DEFAULT_HOST = "127.0.0.1"
 MIB = 1024**2
@@ -149,7 +150,7 @@ class HubCollector(Collector):
         _add(budget, [hostname], snapshot.get("power_budget_w"))
         yield budget
 
-    def _ranks(self, snapshot: dict[str, Any], hostname: str) -> Iterator[Metric]:
+    def _ranks(self, snapshot: Snapshot, hostname: str) -> Iterator[Metric]:
         ranks = [r for r in snapshot.get("ranks") or [] if r.get("connected", True)]
         for name, help_text, key in RANK_GAUGES:
             family = GaugeMetricFamily(name, help_text, labels=RANK_LABELS)

@@ -47,6 +47,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumix.wire.snapshot_types import Snapshot
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -364,7 +366,7 @@ class Recorder:
         hub.on_control.append(self.on_control)
         return self
 
-    def on_snapshot(self, snapshot: dict[str, Any]) -> None:
+    def on_snapshot(self, snapshot: Snapshot) -> None:
         self._put(("snapshot", snapshot))
 
     def on_control(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
@@ -449,7 +451,7 @@ class Recorder:
             _, t, kind, payload = entry
             self._event_row(t, kind, payload)
 
-    def _write_snapshot(self, snapshot: dict[str, Any]) -> None:
+    def _write_snapshot(self, snapshot: Snapshot) -> None:
         t = float(snapshot["timestamp_s"])
         conn = self._conn
         hostname = snapshot.get("hostname")
@@ -500,7 +502,7 @@ class Recorder:
         self._rank_marks = marks
         return fresh
 
-    def _diff_events(self, t: float, snapshot: dict[str, Any]) -> None:
+    def _diff_events(self, t: float, snapshot: Snapshot) -> None:
         """Events that follow from two snapshots: findings appearing or clearing, plans, restarts."""
         findings = {(f["id"], tuple(f.get("gpus") or ())): f for f in snapshot.get("findings") or []}
         if self._findings is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumix.record.recorder import GPU_FIELDS, RecordingError, connect
+from gpumix.wire.snapshot_types import Snapshot
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 HISTORY_S = 600.0  # recorded seconds behind the position that the charts show
@@ -151,7 +152,7 @@ class ReplaySource:
 
     # -- what the app reads ------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any] | None:
+    def snapshot(self) -> Snapshot | None:
         """The last recorded snapshot at or before the position (the same object until it changes)."""
         self.refresh()
         index = max(0, bisect.bisect_right(self.times, self.position_s) - 1)
