@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import socket
 import sys
@@ -31,7 +32,8 @@ from gpumix.wire.plan_file import PLAN_ENV, RunPlan, load_plan
 log = logging.getLogger("gpumix.agent")
 RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often
 # A step's fields that take a number from the script (a Python number, numpy scalar or tensor).
-RECORD_NUMBERS = ("samples", "tokens", "loss", "lr", "forward_s", "backward_s", "optimizer_s", "comm_s")
+RECORD_NUMBERS = ("samples", "tokens", "loss", "lr", "forward_s", "backward_s", "optimizer_s", "comm_s",
+                  "loss_scale")
 # A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
 # to this many steps, then goes without them: its record is never read with a synchronisation.
 # Within the DeepSpeed probe's 8 kept steps; the pinned ring holds (MAX + 2) * 8 values.
@@ -57,6 +59,7 @@ class StepRecord:
         self.backward_s: Any = None
         self.optimizer_s: Any = None
         self.comm_s: Any = None  # set by an integration, else from the comm probes
+        self.loss_scale: Any = None  # the GradScaler's scale after this step (watch_amp), read once computed
         self.begin_s = time.perf_counter()
         self.end_s: float | None = None
         self.step_time_s: float | None = None  # previous step's end to this one's end
@@ -89,6 +92,8 @@ class Agent:
         self._micro_batch: int | float | None = None
         self._accumulation_steps: int | float | None = None
         self._gradient_bytes: int | float | None = None
+        self._amp: AmpWatch | None = None  # watch_amp: autocast's dtype and the GradScaler
+        self._dp_devices: int | None = None  # watch_model: a DataParallel wrapper's device count
         self.comm_probes: list[CommProbe] = []
         self.phase_probes: list[Callable[[], dict[str, float | None]]] = []  # forward_s, backward_s, ...
         self.steps = 0
@@ -170,6 +175,22 @@ class Agent:
     def gradient_bytes(self, value: Any) -> None:
         self._gradient_bytes = self._setting("gradient_bytes", value)
 
+    def watch_amp(self, scaler: Any = None, dtype: Any = None) -> None:
+        """Declare the step's precision: autocast's dtype (torch.float16, torch.bfloat16, or None for
+        none: fp32) and the GradScaler, whose scale is sent with each step (copied without a sync) and
+        whose skipped steps are counted from the scale's drops (it backs off exactly on inf/NaN)."""
+        name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+        self._amp = AmpWatch(scaler, name)
+
+    def watch_model(self, model: Any) -> None:
+        """Note a torch.nn.DataParallel wrapper (one process on several GPUs): the hub says to use DDP."""
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and isinstance(model, torch.nn.DataParallel):
+                self._dp_devices = len(model.device_ids or [])
+        except Exception:
+            self._dp_devices = None
+
     def _setting(self, name: str, value: Any) -> int | float | None:
         """Set once, not per step: a CUDA tensor may be read now (pinned=None)."""
         return read(self._number(name, value, pinned=None))
@@ -213,6 +234,8 @@ class Agent:
         started = self._last_end_s if self._last_end_s is not None else record.begin_s
         record.step_time_s = record.end_s - started
         self._last_end_s = record.end_s
+        if self._amp is not None and record.loss_scale is None:
+            record.loss_scale = self._amp.scale_tensor()
         for name in RECORD_NUMBERS:  # a tensor loss is replaced: the graph is not kept alive
             setattr(record, name, self._number(name, getattr(record, name), self._pinned))
         self.steps = record.index + 1
@@ -277,6 +300,10 @@ class Agent:
             "micro_batch": self.micro_batch, "accumulation_steps": self.accumulation_steps,
             "dropped": self.sender.dropped, "gradient_bytes": self.gradient_bytes,
         }
+        if self._amp is not None:
+            message.update(self._amp.fields(read(record.loss_scale, wait)))
+        if self._dp_devices is not None:
+            message["dp_devices"] = self._dp_devices
         message.update(self._gpu_memory())
         message.update(self._process_resources())
         return {key: value for key, value in message.items() if value is not None}
@@ -320,6 +347,35 @@ class Agent:
         except Exception:
             pass
         self.sender.close(timeout_s)
+
+
+class AmpWatch:
+    """Mixed precision as the hub sees it: autocast on or off and its dtype, the scale, skipped steps."""
+
+    def __init__(self, scaler: Any, dtype: str) -> None:
+        self.scaler = scaler
+        self.dtype = dtype
+        self.skipped = 0
+        self._last_scale: float | None = None
+
+    def scale_tensor(self) -> Any:
+        """The scaler's scale tensor as it is (torch keeps it on the GPU: reading it now would sync).
+        GradScaler has no public sync-free accessor; `_scale` is None before its first scale()."""
+        if self.scaler is None or not getattr(self.scaler, "is_enabled", lambda: True)():
+            return None
+        return getattr(self.scaler, "_scale", None)
+
+    def fields(self, scale: float | None) -> dict[str, Any]:
+        """Called in step order: a drop of the scale is a skipped step (GradScaler backs off only then)."""
+        found: dict[str, Any] = {"amp_autocast": 0 if self.dtype == "float32" else 1, "amp_dtype": self.dtype}
+        if scale is not None and math.isfinite(scale) and scale > 0:
+            if self._last_scale is not None and scale < self._last_scale:
+                self.skipped += 1
+            self._last_scale = scale
+            found["loss_scale"] = scale
+        if self.scaler is not None:
+            found["amp_skipped_steps"] = self.skipped
+        return found
 
 
 def _computed(record: StepRecord) -> bool:

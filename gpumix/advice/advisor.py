@@ -6,20 +6,22 @@ panel and by `gpumix doctor` (exit 0 healthy, 1 warnings, 2 errors).
 
 from __future__ import annotations
 
+import math
 import os
-import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpumix.advice.field import field_findings, job_groups
+from gpumix.advice.finding import SEVERITY_RANK, Finding
+from gpumix.power.supplies import PowerLayout
 from gpumix.power.tiers import tier_table
 
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+__all__ = ["SEVERITY_RANK", "AdvisorSettings", "Finding", "exit_code", "findings"]
 # Early drivers reported multi-4090 P2P as working while copies came out wrong (tinygrad notes,
 # NVIDIA forum). The exact fixed version is not confirmed: a setting, not a truth.
 DEFAULT_4090_P2P_MIN_DRIVER = "525.60.11"
 COMM_SHARE_COSTLY = 0.30
 LINK_SHARE_BUSY = 0.70
-HOST_CPU_SATURATED_PCT = 90.0
 SHARED_TOPOLOGY = {"BOARD", "PIX", "PXB", "PHB"}  # closer than the system interconnect
 
 
@@ -32,19 +34,7 @@ class AdvisorSettings:
     power_budget_w: float | None = None
     p2p_4090_min_driver: str = field(default_factory=_min_driver_from_env)
     has_infiniband: bool = False
-
-
-@dataclass
-class Finding:
-    id: str
-    severity: str  # info, warning, error
-    title: str
-    evidence: str
-    fix: str
-    gpus: list[int] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    power_layout: PowerLayout | None = None  # supplies and circuits; else the snapshot's `power_layout`
 
 
 def _version(text: str | None) -> tuple[int, ...]:
@@ -191,40 +181,87 @@ def _power(snapshot: dict[str, Any], settings: AdvisorSettings) -> list[Finding]
                     f"{budget:.0f}`; waiting cards give up watts first.")]
 
 
+def _link_rate(gpu: dict[str, Any]) -> float | None:
+    rate = gpu.get("pcie_link_bytes_per_s_max") or gpu.get("pcie_link_bytes_per_s_current")
+    return float(rate) if isinstance(rate, int | float) and math.isfinite(rate) and rate > 0 else None
+
+
+def _link_shares_while_communicating(ranks: list[dict[str, Any]], gpus: dict[str, dict[str, Any]],
+                                     exposed_s: float, step_s: float) -> dict[int, float]:
+    """Per GPU of the job: the share of its link used while the all-reduce runs. Two estimates, the larger
+    kept: NVML's average rate over the exposed share of the step (the counters average over the tick,
+    and the traffic flows only while communicating), and the ring all-reduce's own traffic
+    (2(R-1)/R x gradient bytes, where the agent reports them) over the exposed seconds."""
+    world = len(ranks)
+    shares: dict[int, float] = {}
+    for rank in ranks:
+        gpu = gpus.get(rank.get("gpu_uuid"))
+        if gpu is None:
+            continue
+        measured = max(gpu.get("pcie_rx_link_share") or 0.0, gpu.get("pcie_tx_link_share") or 0.0)
+        share = measured / max(exposed_s / step_s, 1e-3) if measured else 0.0
+        gradient, rate = rank.get("gradient_bytes"), _link_rate(gpu)
+        if gradient and rate and world > 1:
+            share = max(share, 2 * (world - 1) / world * gradient / exposed_s / rate)
+        shares[gpu["index"]] = min(1.0, share)
+    return shares
+
+
 def _cpu_forwarding(snapshot: dict[str, Any]) -> list[Finding]:
+    """From evidence, never from the host's CPU load: the all-reduce goes through host memory, its exposed
+    time is a large share of the step, and a link (or host memory) runs near its limit while it does."""
     links = snapshot["p2p"]
-    ranks = [r for r in snapshot.get("ranks", []) if r.get("connected")]
-    shm_seen = any(c.get("transport", "").upper().startswith("SHM") for r in ranks for c in r.get("transport", []))
-    p2p_off = any(r.get("env", {}).get("NCCL_P2P_DISABLE") == "1" for r in ranks)
-    through_host = shm_seen or p2p_off or (links and all(link["read"] != "OK" for link in links))
-    if not through_host or not ranks:
-        return []
-    costs = []
-    shares = [r["comm_share"] for r in ranks if r.get("comm_share") is not None]
-    # The slowest rank waits for no one: its communication share is the all-reduce itself.
-    slowest = max((r for r in ranks if r.get("compute_s")), key=lambda r: r["compute_s"], default=None)
-    pure = slowest.get("comm_share") if slowest else None
-    if pure is not None and pure >= COMM_SHARE_COSTLY:
-        costs.append(f"the all-reduce takes {100 * pure:.0f} % of the step (slowest rank's comm share)")
-    busiest = max(((g["index"], max(g["pcie_rx_link_share"] or 0, g["pcie_tx_link_share"] or 0))
-                   for g in snapshot["gpus"] if not g["lost"]), key=lambda pair: pair[1], default=(None, 0.0))
-    if busiest[1] >= LINK_SHARE_BUSY:
-        costs.append(f"GPU {busiest[0]}'s PCIe link runs at {100 * busiest[1]:.0f} % of its limit")
-    host = snapshot.get("host") or {}
-    if host.get("cpu_pct") is not None and host["cpu_pct"] >= HOST_CPU_SATURATED_PCT:
-        costs.append(f"host CPU at {host['cpu_pct']:.0f} %")
-    if not costs:
-        return []
-    how = "NCCL's SHM transport seen by the probe" if shm_seen else (
-        "NCCL_P2P_DISABLE=1" if p2p_off else "P2P unavailable between GPUs")
-    median = f"; median comm share {100 * statistics.median(shares):.0f} %" if shares else ""
-    return [Finding("cpu-forwarding", "error" if len(costs) > 1 else "warning",
-                    "All-reduce forwarded through the CPU is the bottleneck",
-                    f"traffic between GPUs goes through host memory ({how}) and it costs now: "
-                    + "; ".join(costs) + median,
-                    "Fewer, larger gradient buckets (DDP bucket_cap_mb), gradient accumulation (fewer all-reduces"
-                    " per sample), a compression hook (PowerSGD), wider CPU-attached slots for the slow links;"
-                    " and re-plan the batch split so fast cards do not wait.")]
+    found = []
+    live = [r for r in snapshot.get("ranks", []) if r.get("connected")]
+    for (name, run_id), members in sorted(job_groups(live).items(), key=lambda item: str(item[0])):
+        job = name or run_id or "(unnamed)"
+        shm_seen = any(str(c.get("transport") or "").upper().startswith("SHM")
+                       for r in members for c in r.get("transport", []))
+        p2p_off = any(r.get("env", {}).get("NCCL_P2P_DISABLE") == "1" for r in members)
+        through_host = shm_seen or p2p_off or (links and all(link["read"] != "OK" for link in links))
+        # The slowest rank waits for no one: its communication is the all-reduce's exposed time.
+        slowest = max((r for r in members if r.get("compute_s") and r.get("step_time_s")),
+                      key=lambda r: r["compute_s"], default=None)
+        if not through_host or len(members) < 2 or slowest is None or slowest.get("comm_share") is None:
+            continue
+        step_s, share = slowest["step_time_s"], slowest["comm_share"]
+        exposed_s = share * step_s
+        if share < COMM_SHARE_COSTLY or exposed_s <= 0:
+            continue
+        gpus = {g["uuid"]: g for g in snapshot["gpus"] if not g["lost"]}
+        shares = _link_shares_while_communicating(members, gpus, exposed_s, step_s)
+        host = snapshot.get("host") or {}
+        host_share = host.get("memory_bandwidth_share")  # where the hub knows host memory's limit
+        host_busy = isinstance(host_share, int | float) and host_share >= LINK_SHARE_BUSY
+        if not shares or (max(shares.values()) < LINK_SHARE_BUSY and not host_busy):
+            continue
+        in_job = [gpus[r["gpu_uuid"]] for r in members if r.get("gpu_uuid") in gpus]
+        # What paces it: the links at their limit while communicating; with none (host memory is
+        # the limit), the slowest links, which every GPU's share of the ring waits for.
+        pacing = sorted(i for i, s in shares.items() if s >= LINK_SHARE_BUSY)
+        if not pacing:
+            slowest_rate = min((rate for g in in_job if (rate := _link_rate(g))), default=None)
+            pacing = sorted(g["index"] for g in in_job if slowest_rate and _link_rate(g) == slowest_rate)
+        how = "NCCL's SHM transport seen by the probe" if shm_seen else (
+            "NCCL_P2P_DISABLE=1" if p2p_off else "P2P unavailable between GPUs")
+        listed = ", ".join(f"GPU {i} {100 * s:.0f} %" for i, s in sorted(shares.items(), key=lambda kv: -kv[1])[:6])
+        by_index = {g["index"]: g for g in in_job}
+        paced = ", ".join(f"GPU {i} ({by_index[i]['tier']}, gen{by_index[i]['pcie_gen_max']}"
+                          f" x{by_index[i]['pcie_width_max']})" for i in pacing)
+        evidence = (f"job {job}: the all-reduce goes through host memory ({how}); exposed communication"
+                    f" {1000 * exposed_s:.0f} ms of a {1000 * step_s:.0f} ms step ({100 * share:.0f} %, rank"
+                    f" {slowest['rank']}, which waits for no one); link shares while communicating: {listed}")
+        if host_busy:
+            evidence += f"; host memory at {100 * host_share:.0f} % of its bandwidth"
+        if paced:
+            evidence += f"; paced by the link{'s' if len(pacing) > 1 else ''} of {paced}"
+        found.append(Finding(
+            "cpu-forwarding", "error" if share >= 2 * COMM_SHARE_COSTLY else "warning",
+            "All-reduce forwarded through the CPU is the bottleneck", evidence,
+            "Fewer, larger gradient buckets (DDP bucket_cap_mb), gradient accumulation (fewer all-reduces"
+            " per sample), a compression hook (PowerSGD), wider CPU-attached slots for the slow links"
+            " (or leave their GPUs out); and re-plan the batch split so fast cards do not wait.", pacing))
+    return found
 
 
 def _tiers(snapshot: dict[str, Any]) -> list[Finding]:
@@ -244,7 +281,8 @@ def findings(snapshot: dict[str, Any], settings: AdvisorSettings | None = None) 
     # Within a severity, what costs the job now comes first: the bottleneck and the tiers,
     # then settings and power, then the per-GPU link facts that explain them.
     result = [*_cpu_forwarding(snapshot), *_tiers(snapshot), *_p2p(snapshot, settings),
-              *_nccl_env(snapshot, settings), *_power(snapshot, settings), *_links(snapshot)]
+              *_nccl_env(snapshot, settings), *_power(snapshot, settings),
+              *field_findings(snapshot, settings.power_layout), *_links(snapshot)]
     return sorted(result, key=lambda f: -SEVERITY_RANK[f.severity])  # stable: keeps that order
 
 

@@ -60,7 +60,15 @@ STEP_RANGES: dict[str, tuple[float, float]] = {
     "rss_bytes": (0.0, MAX_BYTES),
     "dropped": (0.0, float(MAX_STEP_INDEX)),
     "gradient_bytes": (0.0, MAX_BYTES),
+    # mixed precision (agent.watch_amp): autocast on (1) or off (0), the GradScaler's scale, and the
+    # steps it skipped for inf/NaN gradients since the process started; DataParallel's device count
+    "amp_autocast": (0.0, 1.0),
+    "loss_scale": (0.0, 1e38),  # float32's ceiling: a scale cannot grow past it
+    "amp_skipped_steps": (0.0, float(MAX_STEP_INDEX)),
+    "dp_devices": (0.0, float(MAX_NVML_INDEX)),
 }
+# autocast's dtype: a name from this list, anything else is dropped and counted
+AMP_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 
 
 @dataclass
@@ -153,6 +161,11 @@ def parse_step(message: dict[str, Any]) -> dict[str, Any]:
             rejected.append(key)
             value = None
         step[key] = value
+    dtype = message.get("amp_dtype")
+    if dtype is not None and dtype not in AMP_DTYPES:
+        rejected.append("amp_dtype")
+        dtype = None
+    step["amp_dtype"] = dtype
     step["rejected"] = rejected
     return step
 
@@ -178,6 +191,19 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def skipped_share(steps: list[dict[str, Any]]) -> tuple[float | None, int]:
+    """(share of the steps in this window the GradScaler skipped, the steps the window spans):
+    the skipped-step counter's rise over the steps' indices. None without two counts."""
+    counted = [s for s in steps if s.get("amp_skipped_steps") is not None]
+    if len(counted) < 2:
+        return None, 0
+    first, last = counted[0], counted[-1]
+    span = last["step"] - first["step"]
+    if span <= 0:
+        return None, 0
+    return min(1.0, max(0.0, (last["amp_skipped_steps"] - first["amp_skipped_steps"]) / span)), span
+
+
 def rank_summary(stream: RankStream) -> dict[str, Any]:
     """Per-rank figures over the last few steps (medians: robust to one slow step)."""
     recent = list(stream.steps)[-MEDIAN_WINDOW:]
@@ -191,6 +217,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
     if step_time is not None:
         compute = max(0.0, step_time - (comm or 0.0) - (data_wait or 0.0))
     tokens = _median([s["tokens"] for s in recent if s["tokens"] is not None])
+    amp_skipped_share, amp_window_steps = skipped_share(list(stream.steps))
     return {
         "rank": stream.rank,
         "world_size": stream.world_size,
@@ -226,6 +253,13 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "cpu_pct": last.get("cpu_pct"),
         "rss_bytes": last.get("rss_bytes"),
         "dropped": last.get("dropped"),
+        "amp_autocast": last.get("amp_autocast"),
+        "amp_dtype": last.get("amp_dtype"),
+        "loss_scale": last.get("loss_scale"),
+        "amp_skipped_steps": last.get("amp_skipped_steps"),
+        "amp_skipped_share": amp_skipped_share,
+        "amp_window_steps": amp_window_steps,
+        "dp_devices": last.get("dp_devices"),
         "rejected_values": stream.rejected_values,
         "env": stream.env,
         "versions": stream.versions,

@@ -1,0 +1,373 @@
+"""Budgets that match the wiring: power supplies, the GPUs each feeds, and the wall circuits.
+
+A machine declares its layout in TOML (a `[power]` table: in a rig file for the simulator,
+in a file of its own for a real machine, `gpumix hub --power-config FILE`):
+
+    [power]
+    headroom = 0.10          # share of every limit kept free for transients (4090 bursts)
+    slot_share = 0.15        # share of a GPU's draw that comes through its PCIe slot
+
+    [[power.circuits]]
+    name = "wall-A"
+    volts = 230
+    amps = 16
+    continuous_share = 0.8   # a breaker carries 80 % of its rating continuously
+
+    [[power.supplies]]
+    name = "psu-main"
+    rating_w = 1600
+    circuit = "wall-A"
+    efficiency = 0.92        # DC out / AC in: the wall sees more than the GPUs draw
+    board = true             # feeds the main board: every slot's share, and other_w
+    other_w = 250            # CPU, board, drives, fans
+    gpus = [3, 4]            # GPUs whose PCIe power cables it feeds
+
+A supply's load is what it feeds: its GPUs' draw less their slot share, the slot shares of the
+GPUs whose slots it powers (the board supply, or a powered riser's `slot_gpus`), and `other_w`.
+A circuit's load is its supplies' loads divided by their efficiency. Every budget is linear
+in the GPUs' power, so caps that fit are found by cutting caps until each budget holds.
+
+Pure functions; bad input is one line (LayoutError) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from gpumix.power.budget import BudgetError, BudgetFit, CapProposal, GpuPower, fit_to_budget
+
+MAX_LAYOUT_BYTES = 64 * 1024
+MAX_SUPPLIES = 32
+MAX_CIRCUITS = 16
+MAX_GPUS = 64
+NAME_CHARS = 32
+DEFAULT_HEADROOM = 0.10
+DEFAULT_SLOT_SHARE = 0.15  # a 4090 takes ~60 W of 450 W through its slot (the slot allows 75 W)
+FIT_ROUNDS = 400
+
+
+class LayoutError(ValueError):
+    """A layout that cannot be used; str() is the one line shown."""
+
+
+@dataclass(frozen=True)
+class Circuit:
+    name: str
+    volts: float
+    amps: float
+    continuous_share: float
+
+    @property
+    def limit_w(self) -> float:
+        """What the circuit carries continuously (AC watts)."""
+        return self.volts * self.amps * self.continuous_share
+
+
+@dataclass(frozen=True)
+class Supply:
+    name: str
+    rating_w: float
+    circuit: str | None
+    efficiency: float
+    board: bool
+    other_w: float
+    gpus: tuple[int, ...]
+    slot_gpus: tuple[int, ...]  # GPUs on powered risers: their slot share comes from here
+
+
+@dataclass(frozen=True)
+class PowerLayout:
+    supplies: tuple[Supply, ...]
+    circuits: tuple[Circuit, ...]
+    headroom: float = DEFAULT_HEADROOM
+    slot_share: float = DEFAULT_SLOT_SHARE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "headroom": self.headroom, "slot_share": self.slot_share,
+            "supplies": [{"name": s.name, "rating_w": s.rating_w, "circuit": s.circuit, "efficiency": s.efficiency,
+                          "board": s.board, "other_w": s.other_w, "gpus": list(s.gpus), "slot_gpus": list(s.slot_gpus)}
+                         for s in self.supplies],
+            "circuits": [{"name": c.name, "volts": c.volts, "amps": c.amps, "continuous_share": c.continuous_share}
+                         for c in self.circuits],
+        }
+
+    def with_headroom(self, headroom: float) -> PowerLayout:
+        if not (math.isfinite(headroom) and 0.0 <= headroom < 0.9):
+            raise LayoutError(f"headroom must be a share from 0 to 0.9, got {headroom:g}")
+        return replace(self, headroom=headroom)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One limit as a linear function of the GPUs' power: fixed_w + Σ coefficient·P_gpu ≤ limit_w."""
+
+    kind: str  # "supply" or "circuit"
+    name: str
+    limit_w: float  # the rating (supply) or continuous limit (circuit)
+    fixed_w: float
+    coefficients: dict[int, float]
+
+    def load_w(self, power_by_gpu: dict[int, float]) -> float:
+        return self.fixed_w + sum(c * power_by_gpu.get(g, 0.0) for g, c in self.coefficients.items())
+
+
+# -- parsing -------------------------------------------------------------------------
+
+
+def _number(table: dict[str, Any], key: str, where: str, low: float, high: float,
+            default: float | None = None) -> float:
+    value = table.get(key, default)
+    if value is None:
+        raise LayoutError(f"{where}.{key}: missing")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise LayoutError(f"{where}.{key}: must be a number from {low:g} to {high:g}, got {value!r:.40}")
+    return float(value)
+
+
+def _name(table: dict[str, Any], where: str) -> str:
+    name = table.get("name")
+    if not isinstance(name, str) or not 0 < len(name) <= NAME_CHARS or not name.isprintable():
+        raise LayoutError(f"{where}.name: must be printable text of 1-{NAME_CHARS} characters")
+    return name
+
+
+def _gpu_list(table: dict[str, Any], key: str, where: str, gpu_count: int | None) -> tuple[int, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or len(value) > MAX_GPUS or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise LayoutError(f"{where}.{key}: must be a list of GPU indices")
+    top = gpu_count if gpu_count is not None else MAX_GPUS
+    bad = [i for i in value if not 0 <= i < top]
+    if bad:
+        raise LayoutError(f"{where}.{key}: no GPU {bad[0]} (GPUs 0-{top - 1})")
+    if len(set(value)) != len(value):
+        raise LayoutError(f"{where}.{key}: a GPU is named twice")
+    return tuple(value)
+
+
+def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise LayoutError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(sorted(allowed))})")
+
+
+def parse_layout(power: Any, gpu_count: int | None = None) -> PowerLayout:
+    """The `[power]` table of a rig or config file, checked whole."""
+    if not isinstance(power, dict):
+        raise LayoutError("power: must be a table")
+    _check_keys(power, {"headroom", "slot_share", "supplies", "circuits"}, "power")
+    headroom = _number(power, "headroom", "power", 0.0, 0.9, DEFAULT_HEADROOM)
+    slot_share = _number(power, "slot_share", "power", 0.0, 1.0, DEFAULT_SLOT_SHARE)
+    raw_circuits, raw_supplies = power.get("circuits", []), power.get("supplies", [])
+    if not isinstance(raw_circuits, list) or len(raw_circuits) > MAX_CIRCUITS:
+        raise LayoutError(f"power.circuits: must be a list of at most {MAX_CIRCUITS} tables")
+    if not isinstance(raw_supplies, list) or not 0 < len(raw_supplies) <= MAX_SUPPLIES:
+        raise LayoutError(f"power.supplies: must be a list of 1-{MAX_SUPPLIES} tables")
+    circuits = []
+    for number, table in enumerate(raw_circuits):
+        where = f"power.circuits[{number}]"
+        if not isinstance(table, dict):
+            raise LayoutError(f"{where}: must be a table")
+        _check_keys(table, {"name", "volts", "amps", "continuous_share"}, where)
+        circuits.append(Circuit(_name(table, where), _number(table, "volts", where, 90, 480),
+                                _number(table, "amps", where, 1, 200),
+                                _number(table, "continuous_share", where, 0.1, 1.0, 0.8)))
+    names = [c.name for c in circuits]
+    if len(set(names)) != len(names):
+        raise LayoutError("power.circuits: two circuits share a name")
+    supplies = []
+    for number, table in enumerate(raw_supplies):
+        where = f"power.supplies[{number}]"
+        if not isinstance(table, dict):
+            raise LayoutError(f"{where}: must be a table")
+        _check_keys(table, {"name", "rating_w", "circuit", "efficiency", "board", "other_w", "gpus", "slot_gpus"}, where)
+        circuit = table.get("circuit")
+        if circuit is not None and circuit not in names:
+            raise LayoutError(f"{where}.circuit: no circuit named {circuit!r:.40}"
+                              + (f" (known: {', '.join(names)})" if names else " (power.circuits is empty)"))
+        board = table.get("board", False)
+        if not isinstance(board, bool):
+            raise LayoutError(f"{where}.board: must be true or false")
+        supplies.append(Supply(_name(table, where), _number(table, "rating_w", where, 50, 10_000), circuit,
+                               _number(table, "efficiency", where, 0.5, 1.0, 0.9), board,
+                               _number(table, "other_w", where, 0, 5000, 0.0),
+                               _gpu_list(table, "gpus", where, gpu_count), _gpu_list(table, "slot_gpus", where, gpu_count)))
+    if len({s.name for s in supplies}) != len(supplies):
+        raise LayoutError("power.supplies: two supplies share a name")
+    boards = [s.name for s in supplies if s.board]
+    if len(boards) > 1:
+        raise LayoutError(f"power.supplies: only one supply feeds the main board, got {', '.join(boards)}")
+    for key, what in (("gpus", "power cables"), ("slot_gpus", "riser slot")):
+        fed = [g for s in supplies for g in getattr(s, key)]
+        twice = sorted({g for g in fed if fed.count(g) > 1})
+        if twice:
+            raise LayoutError(f"power.supplies: GPU {twice[0]}'s {what} are fed by two supplies")
+    if gpu_count is not None:
+        fed = {g for s in supplies for g in s.gpus}
+        missing = [g for g in range(gpu_count) if g not in fed]
+        if missing:
+            raise LayoutError(f"power.supplies: GPU {missing[0]} is fed by no supply (each GPU's cables need one)")
+        riser = {g for s in supplies for g in s.slot_gpus}
+        if not boards and any(g not in riser for g in range(gpu_count)):
+            raise LayoutError("power.supplies: no supply has board = true, so the GPUs' slot power has no source")
+    return PowerLayout(tuple(supplies), tuple(circuits), headroom, slot_share)
+
+
+def load_layout(path: str | Path, gpu_count: int | None = None) -> PowerLayout:
+    """A power config file (or a rig file: its `[power]` table). One line on any error."""
+    path = Path(path)
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_LAYOUT_BYTES + 1)
+    except OSError as error:
+        raise LayoutError(f"{path}: cannot read: {error.strerror or error}") from None
+    if len(data) > MAX_LAYOUT_BYTES:
+        raise LayoutError(f"{path}: larger than {MAX_LAYOUT_BYTES // 1024} KiB: not a power config")
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LayoutError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as error:
+        raise LayoutError(f"{path}: not TOML: {error}") from None
+    if "power" not in table:
+        raise LayoutError(f"{path}: no [power] table")
+    try:
+        return parse_layout(table["power"], gpu_count)
+    except LayoutError as error:
+        raise LayoutError(f"{path}: {error}") from None
+
+
+def layout_from_json(value: Any, gpu_count: int | None = None) -> PowerLayout | None:
+    """The layout a snapshot carries (`power_layout`), or None when it has none or it does not parse."""
+    if value is None:
+        return None
+    try:
+        return parse_layout(value, gpu_count)
+    except LayoutError:
+        return None
+
+
+# -- budgets and loads ----------------------------------------------------------------------
+
+
+def budgets(layout: PowerLayout) -> list[Budget]:
+    """Each supply's and each circuit's load as a linear function of GPU power."""
+    board = next((s for s in layout.supplies if s.board), None)
+    riser = {g: s.name for s in layout.supplies for g in s.slot_gpus}
+    cable = {g: s.name for s in layout.supplies for g in s.gpus}
+    result = []
+    by_supply: dict[str, Budget] = {}
+    for supply in layout.supplies:
+        coefficients: dict[int, float] = {}
+        for gpu in supply.gpus:
+            coefficients[gpu] = coefficients.get(gpu, 0.0) + (1.0 - layout.slot_share)
+        slots = [g for g in cable if riser.get(g) == supply.name or (g not in riser and board is supply)]
+        for gpu in slots:
+            coefficients[gpu] = coefficients.get(gpu, 0.0) + layout.slot_share
+        budget = Budget("supply", supply.name, supply.rating_w, supply.other_w, coefficients)
+        by_supply[supply.name] = budget
+        result.append(budget)
+    for circuit in layout.circuits:
+        fixed, coefficients = 0.0, {}
+        for supply in layout.supplies:
+            if supply.circuit != circuit.name:
+                continue
+            budget = by_supply[supply.name]
+            fixed += budget.fixed_w / supply.efficiency
+            for gpu, c in budget.coefficients.items():
+                coefficients[gpu] = coefficients.get(gpu, 0.0) + c / supply.efficiency
+        result.append(Budget("circuit", circuit.name, circuit.limit_w, fixed, coefficients))
+    return result
+
+
+def loads(layout: PowerLayout, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per supply and circuit: load now (from draw), load at the caps, and its limits.
+    `gpus` are snapshot rows (index, power_w, power_cap_w); a lost GPU counts at its cap."""
+    draw = {g["index"]: _finite(g.get("power_w")) or _finite(g.get("power_cap_w")) or 0.0 for g in gpus}
+    caps = {g["index"]: _finite(g.get("power_cap_w")) or 0.0 for g in gpus}
+    rows = []
+    for budget in budgets(layout):
+        rows.append({"kind": budget.kind, "name": budget.name, "limit_w": budget.limit_w,
+                     "usable_w": budget.limit_w * (1.0 - layout.headroom),
+                     "draw_w": budget.load_w(draw), "caps_w": budget.load_w(caps),
+                     "gpus": sorted(g for g, c in budget.coefficients.items() if c > 0)})
+    return rows
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) and value >= 0 else None
+
+
+# -- the fit under every budget at once ---------------------------------------------------
+
+
+def fit_to_layout(gpus: list[GpuPower], layout: PowerLayout, total_budget_w: float | None = None) -> BudgetFit:
+    """Caps under every supply's and circuit's usable limit (headroom taken off) and, if given,
+    the machine's total GPU budget: the most overloaded budget is cut first through the single-budget
+    fit over the GPUs it feeds (least throughput cost first), until all hold."""
+    by_index = {g.index: g for g in gpus}
+    caps = {g.index: min(g.cap_w, g.max_w) for g in gpus}
+    limits = [(b, b.limit_w * (1.0 - layout.headroom)) for b in budgets(layout)]
+    for budget, usable in limits:
+        floor = budget.load_w({g.index: g.min_w for g in gpus})
+        if floor > usable + 1e-6:
+            raise BudgetError(f"{budget.kind} {budget.name}: even at the cards' minimum caps it would carry"
+                              f" {floor:.0f} W, above its usable {usable:.0f} W ({100 * layout.headroom:.0f} % headroom)")
+    for _ in range(FIT_ROUNDS):
+        worst = max(((b.load_w(caps) - usable, b) for b, usable in limits), key=lambda pair: pair[0], default=None)
+        if worst is None or worst[0] <= 1e-6:
+            break
+        excess, budget = worst
+        members = [g for g in budget.coefficients if g in by_index and caps[g] > by_index[g].min_w + 1e-9]
+        if not members:
+            raise BudgetError(f"{budget.kind} {budget.name}: cannot be met by capping its GPUs")
+        # Cutting cap-watts of GPU g lowers this load by coefficient·watts: undercut by the largest
+        # coefficient (never cuts more than needed), and finish a sub-watt rest with the smallest.
+        coefficients = [budget.coefficients[g] for g in members]
+        scale = max(coefficients) if excess > 0.5 else min(coefficients)
+        current = [replace(by_index[g], cap_w=caps[g]) for g in members]
+        target = max(sum(caps[g] for g in members) - max(excess / scale, 0.1), sum(by_index[g].min_w for g in members))
+        fit = fit_to_budget(current, target)
+        for proposal in fit.proposals:
+            caps[proposal.index] = proposal.new_w
+    else:
+        raise BudgetError("the supplies' and circuits' budgets could not all be met")
+    if total_budget_w is not None and sum(caps.values()) > total_budget_w:
+        fit = fit_to_budget([replace(g, cap_w=caps[g.index]) for g in gpus], total_budget_w)
+        caps.update({p.index: p.new_w for p in fit.proposals})
+    kept = _kept(gpus, caps)
+    proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps[g.index], layout),
+                             g.power_curve().basis()) for g in gpus]
+    budget_w = total_budget_w if total_budget_w is not None else sum(caps.values())
+    return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()),
+                     _step(gpus, {g.index: g.cap_w for g in gpus}), _step(gpus, caps), kept, proposals)
+
+
+def _step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
+    in_job = [g for g in gpus if g.compute_s is not None]
+    if not in_job:
+        return None
+    return max(g.compute_s * g.power_curve().time_ratio(g.cap_w, caps[g.index]) for g in in_job) \
+        + max(g.comm_s for g in in_job)
+
+
+def _kept(gpus: list[GpuPower], caps: dict[int, float]) -> float:
+    before, after = _step(gpus, {g.index: g.cap_w for g in gpus}), _step(gpus, caps)
+    if before and after:
+        return before / after
+    total = sum(g.default_w for g in gpus) or 1.0
+    return sum(g.default_w / g.power_curve().time_ratio(g.cap_w, caps[g.index]) for g in gpus) / total
+
+
+def _reason(gpu: GpuPower, new_w: float, layout: PowerLayout) -> str:
+    if abs(new_w - gpu.cap_w) < 1e-9:
+        return "unchanged: its supplies and circuits have room"
+    feeding = [s.name for s in layout.supplies if gpu.index in s.gpus or gpu.index in s.slot_gpus]
+    return f"cut so that {', '.join(feeding) or 'the board supply'} and its circuit stay below their limits"
