@@ -23,14 +23,16 @@ MAY_IMPORT: dict[str, set[str]] = {
     "record": {"wire"},
     "run": {"hub", "plan", "wire"},
     "agent": {"wire"},
+    "probe": {"hw"},  # gpumix probe: measured link truth (torch imported lazily)
     # the simulated world and its demo job: never imported by the core
     "sim": {"hw"},
     "demo": {"agent", "hub", "run", "sim", "wire"},
     # the wiring: commands that put the parts together
-    "cli": {"advice", "demo", "gpumix", "hub", "hw", "model", "plan", "power", "record", "run", "sim", "wire"},
+    "cli": {"advice", "demo", "gpumix", "hub", "hw", "model", "plan", "power", "probe", "record", "run", "sim",
+            "wire"},
     "tui": {"cli", "gpumix", "hub", "hw", "model", "plan", "power", "record", "run", "wire", "advice"},
 }
-CORE = {"wire", "model", "hw", "plan", "power", "advice", "hub", "record", "run"}
+CORE = {"wire", "model", "hw", "plan", "power", "advice", "hub", "record", "run", "probe"}
 
 
 def imported_modules(folder: Path) -> dict[Path, set[str]]:

@@ -39,6 +39,7 @@ from gpumix.cli.power import (
     run_doctor,
     run_power,
 )
+from gpumix.cli.probe import add_probe_parser, run_probe
 from gpumix.cli.recording import (
     add_export_parser,
     add_prometheus_flags,
@@ -89,6 +90,7 @@ def build_parser() -> OneLineParser:
     add_run_parser(commands)
     add_hub_parser(commands)
     add_export_parser(commands)
+    add_probe_parser(commands)
     return parser
 
 
@@ -172,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_export(PROG, args)
     if args.command == "run":
         return run_supervised(args)
+    if args.command == "probe":
+        return run_probe(args)
     if args.command == "plan":
         return plan_command(args)
     if args.command in ("power", "doctor"):
