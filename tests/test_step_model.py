@@ -46,7 +46,8 @@ def test_communication_basis_is_the_link_prior_until_measured() -> None:
     prior = plan(ranks, PlanRequest(global_batch=64, gradient_bytes=1e8))
     assert prior.comm_basis is not None and prior.comm_basis.source == "prior" and "link prior" in prior.comm_basis.prior
     measured = plan(ranks, PlanRequest(global_batch=64, gradient_bytes=1e8, measured_comm_s=0.02))
-    assert measured.comm_basis is not None and measured.comm_basis.source == "measured"
+    assert measured.comm_basis is not None and measured.comm_basis.source == "measured+prior"
+    assert "overlap prior" in measured.comm_basis.prior
 
 
 def test_a_power_curve_learned_from_two_caps_replaces_the_prior_between_them() -> None:

@@ -114,30 +114,54 @@ def compute_estimate(points: Sequence[tuple[float, float]], ages_s: Sequence[flo
 # -- communication ---------------------------------------------------------------------------
 
 
+# DDP's default gradient buckets (bucket_cap_mb=25) and a backward that takes about twice the
+# forward: how much of the all-reduce a backward can hide (priors, not measured).
+BUCKET_BYTES_PRIOR = 25 * 1024**2
+BACKWARD_SHARE_PRIOR = 2 / 3
+OVERLAP_PRIOR = "overlap prior: 25 MB buckets reduced during a backward of 2/3 of the compute"
+
+
 @dataclass(frozen=True)
 class CommModel:
     """Seconds a step waits for communication beyond the slowest rank's compute.
 
-    Measured at the current split where the ranks report it; another set of ranks scales it
-    by the link prior (leaving a slow-link tier out shortens the all-reduce). Without a
-    measurement, the link prior alone."""
+    Measured at the current split where the ranks report it (`measured_s`, at a slowest compute of
+    `measured_compute_s`); another set of ranks scales it by the link prior (leaving a slow-link tier
+    out shortens the all-reduce). The wait is not a constant: DDP reduces buckets while the backward
+    runs, so a shorter slowest compute hides less. From the one measurement, the all-reduce's length:
+    if the wait is no more than the last bucket's share of an all-reduce that the backward hides, it
+    is that tail; else it is the all-reduce less the backward. Without a measurement, the link prior
+    alone, all of it waited for."""
 
     gradient_bytes: float
     measured_s: float | None = None
     measured_links: tuple[float, ...] = ()  # the links of the ranks running when it was measured
+    measured_compute_s: float | None = None  # the slowest rank's compute at that split
 
-    def seconds(self, links: Sequence[float]) -> float:
+    def seconds(self, links: Sequence[float], slowest_compute_s: float | None = None) -> float:
         modelled = allreduce_seconds_prior(links, self.gradient_bytes)
         if self.measured_s is None or len(links) < 2:
             return modelled
         reference = allreduce_seconds_prior(self.measured_links, self.gradient_bytes)
-        return self.measured_s * modelled / reference if reference > 0 else self.measured_s
+        scale = modelled / reference if reference > 0 else 1.0
+        if self.measured_compute_s is None or slowest_compute_s is None:
+            return self.measured_s * scale
+        tail_share = min(1.0, BUCKET_BYTES_PRIOR / self.gradient_bytes)
+        hidden_s = BACKWARD_SHARE_PRIOR * self.measured_compute_s
+        if self.measured_s / tail_share <= hidden_s:
+            allreduce_s = self.measured_s / tail_share  # the wait is the last bucket's
+        else:
+            allreduce_s = self.measured_s + hidden_s  # the backward hides what it can, the rest waits
+        floor_s = min(self.measured_s, tail_share * allreduce_s) * scale
+        return max(floor_s, allreduce_s * scale - BACKWARD_SHARE_PRIOR * slowest_compute_s)
 
     def basis(self, links: Sequence[float] | None = None) -> Basis:
         if self.measured_s is None:
             return Basis(prior=LINK_PRIOR)
         same = links is None or sorted(links) == sorted(self.measured_links)
-        return Basis.measured([0.0], None if same else "scaled to these ranks by the " + LINK_PRIOR)
+        prior = OVERLAP_PRIOR if same else f"{OVERLAP_PRIOR}; scaled to these ranks by the {LINK_PRIOR}"
+        return Basis.measured([0.0], prior if self.measured_compute_s is not None else
+                              (None if same else "scaled to these ranks by the " + LINK_PRIOR))
 
 
 # -- power -----------------------------------------------------------------------------------

@@ -261,14 +261,16 @@ def _good_at_most(samples: int, cap: int | None, max_k: int) -> int:
 
 
 def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommModel:
-    running = tuple(m.link_bytes_per_s for m in measures if m.current_samples > 0)
-    return CommModel(request.gradient_bytes, request.measured_comm_s, running)
+    running = [m for m in measures if m.current_samples > 0]
+    slowest = max((m.compute_curve().time_s(m.current_samples) for m in running), default=None)
+    return CommModel(request.gradient_bytes, request.measured_comm_s, tuple(m.link_bytes_per_s for m in running),
+                     slowest if request.measured_comm_s is not None else None)
 
 
 def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
     taking_part = [(n, m) for n, m in zip(samples, measures, strict=True) if n > 0]
     compute = max((m.compute_curve().time_s(n) for n, m in taking_part), default=0.0)
-    waits = comm.seconds([m.link_bytes_per_s for _, m in taking_part])
+    waits = comm.seconds([m.link_bytes_per_s for _, m in taking_part], compute)
     return Prediction(compute_s=compute, allreduce_s=waits, samples=sum(samples))
 
 
@@ -303,7 +305,7 @@ def ideal(global_batch: int, measures: Sequence[RankMeasure], comm: CommModel) -
     """The bound: a continuous split where every rank finishes together, no memory or integer limits."""
     curves = [m.compute_curve() for m in measures]
     _, time_s = _balanced_shares(global_batch, curves, [0.0] * len(curves), [float(global_batch)] * len(curves))
-    waits = comm.seconds([m.link_bytes_per_s for m in measures])
+    waits = comm.seconds([m.link_bytes_per_s for m in measures], time_s)
     return Prediction(compute_s=time_s, allreduce_s=waits, samples=global_batch)
 
 
