@@ -153,6 +153,7 @@ def run_probe(nvml: Nvml, open_cuda: Callable[[], CudaLayer], options: ProbeOpti
     report["allreduce"] = _allreduce(chosen, devices, options, budget - (clock() - started), say)
     if report["allreduce"] and report["allreduce"].get("runs"):
         report["findings"] += allreduce.allreduce_findings(report["allreduce"])
+    report["duration_s"] = clock() - started
     return report
 
 
@@ -180,8 +181,8 @@ def _allreduce(chosen: list[int], devices: dict[int, int], options: ProbeOptions
     for p2p_disabled in (False, True):
         say(f"all-reduce floor over GPUs {', '.join(map(str, chosen))}"
             + (" with NCCL_P2P_DISABLE=1" if p2p_disabled else ""))
-        floor["runs"].append(allreduce.measure([devices[i] for i in chosen], options.allreduce_bytes,
-                                               p2p_disabled, left_s / 2))
+        nbytes = min(options.allreduce_bytes, options.max_bytes_per_gpu // 2)  # NCCL's buffers need the rest
+        floor["runs"].append(allreduce.measure([devices[i] for i in chosen], nbytes, p2p_disabled, left_s / 2))
     return floor
 
 
