@@ -235,28 +235,38 @@ def test_mixed10_ships_a_multi_supply_layout() -> None:
     assert sorted(g for s in layout.supplies for g in s.gpus) == list(range(10))
 
 
-def test_a_supply_whose_caps_add_up_above_its_rating() -> None:
+def test_a_supply_and_a_circuit_whose_caps_add_up_above_their_limits() -> None:
     hub = quiet_hub()
     layout = load_layout(SHIPPED / "mixed10.power.toml", gpu_count=10)
-    snapshot = hub.snapshot()
-    found = [f for f in findings(snapshot, AdvisorSettings(power_layout=layout)) if f.id.endswith("-over-limit")]
-    # at stock caps the board supply carries every slot's share: into its headroom, not above its rating
-    assert [(f.id, f.severity) for f in found] == [("supply-over-limit", "warning")], found
-    assert "Caps on supply psu-main add up into its headroom" == found[0].title
-    assert "against its 1200 W rating, 1080 W usable with 10 % headroom" in found[0].evidence
-    for index in (7, 8, 9):  # 4090s raised to 600 W: psu-4090 is over its rating
+    settings = AdvisorSettings(power_layout=layout)
+    assert not [f for f in findings(hub.snapshot(), settings) if f.id.endswith("-over-limit")]  # stock caps fit
+    for index in (7, 8, 9):  # the 4090s raised to their 600 W maximum
         assert hub.control({"type": "power", "action": "set", "gpus": [index], "watts": 600.0})["ok"]
-    snapshot = tick(hub)
-    over = [f for f in findings(snapshot, AdvisorSettings(power_layout=layout)) if f.severity == "error"
-            and f.id.endswith("-over-limit")]
-    assert {f.title for f in over} >= {"Caps on supply psu-4090 add up above its limit"}
+    found = {f.id: f for f in findings(tick(hub), settings) if f.id.endswith("-over-limit")}
+    supply, circuit = found["supply-over-limit"], found["circuit-over-limit"]
+    assert supply.severity == circuit.severity == "error"
+    assert supply.title == "Caps on supply psu-4090 add up above its limit" and supply.gpus == [7, 8, 9]
+    assert "would load it with 1530 W" in supply.evidence and "against its 1300 W rating, 1170 W usable" in supply.evidence
+    assert circuit.title == "Caps on wall circuit wall-A add up above its limit"
+    assert "against its 2944 W continuous limit" in circuit.evidence and "gpumix power fit" in circuit.fix
 
 
-def test_doctor_json_and_the_hub_carry_field_findings_for_a_scenario_rig() -> None:
-    result = subprocess.run([sys.executable, "-m", "gpumix.cli.main", "doctor", "--sim", "mixed-10", "--json"],
+def test_a_supply_in_its_headroom_is_a_warning(tmp_path: Path) -> None:
+    layout = load_layout(SHIPPED / "mixed10.power.toml", gpu_count=10)
+    snapshot = quiet_hub().snapshot()
+    tight = layout.with_headroom(0.12)  # psu-4090 carries 1148 W at stock caps: above 88 % of 1300 W
+    found = [f for f in findings(snapshot, AdvisorSettings(power_layout=tight)) if f.id.endswith("-over-limit")]
+    assert [(f.id, f.severity, f.title) for f in found] == [
+        ("supply-over-limit", "warning", "Caps on supply psu-4090 add up into its headroom")]
+
+
+def test_doctor_json_on_the_overloaded_supply_rig() -> None:
+    result = subprocess.run([sys.executable, "-m", "gpumix.cli.main", "doctor", "--sim",
+                             str(SHIPPED / "scenario_overloaded_psu.toml"), "--json"],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode in (1, 2), result.stderr
-    assert "findings" in json.loads(result.stdout)
+    assert result.returncode == 2, result.stderr
+    (finding,) = [f for f in json.loads(result.stdout)["findings"] if f["id"] == "supply-over-limit"]
+    assert finding["title"] == "Caps on supply psu-2x4090 add up above its limit" and finding["gpus"] == [1, 2]
 
 
 def test_healthy_rig_and_job_have_no_field_findings() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpumix.hw.hardware import Hardware
 from gpumix.hw.nvml_backend import NvmlBackend
+from gpumix.power.supplies import LayoutError, rig_layout
 from gpumix.sim.machine import SimMachine
 from gpumix.sim.nvml import SimNvml
 from gpumix.sim.rig import BUILTIN_RIGS, DEMO_RIG, Rig, RigError, load_builtin_rig, load_rig
@@ -29,6 +30,11 @@ def open_hardware(
         rig = load_builtin_rig(name) if name else load_rig(str(sim_file))
         hardware = simulated_hardware(rig, clock=clock, wall_clock=wall_clock)
         hardware.rig_source = name or str(Path(str(sim_file)).resolve())
+        try:  # the rig's supplies and circuits, from RIG.power.toml beside it
+            layout = rig_layout(BUILTIN_RIGS[name] if name else str(sim_file), builtin=bool(name), gpu_count=len(rig.gpus))
+        except LayoutError as error:
+            raise RigError(str(error)) from None
+        hardware.power_layout = layout.to_json() if layout else None
         return hardware
     return Hardware(backend=NvmlBackend(clock=clock, wall_clock=wall_clock), source="nvml")
 

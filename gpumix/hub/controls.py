@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumix.power.budget import BudgetError, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import BudgetError, gpu_power_from_snapshot
 from gpumix.power.caps import AuditUser, PowerChange, PowerController, PowerError, check_cap
+from gpumix.power.supplies import fit_for_snapshot
 
 POWER_ACTIONS = {"set", "reset", "fit", "caps"}
 
@@ -32,9 +33,10 @@ def power_control(controller: PowerController, snapshot: dict[str, Any] | None, 
             if snapshot is None:
                 raise PowerError("no reading yet: try again in a second")
             budget = request.get("budget_w") or budget_w
-            if not isinstance(budget, int | float) or isinstance(budget, bool):
+            if budget is not None and (not isinstance(budget, int | float) or isinstance(budget, bool)):
                 raise PowerError("fit needs a power budget in watts")
-            fit = fit_to_budget(gpu_power_from_snapshot(snapshot), float(budget))
+            # every budget the machine declares: supplies, circuits (headroom for transients) and the total
+            fit = fit_for_snapshot(gpu_power_from_snapshot(snapshot), snapshot, budget, request.get("headroom"))
             changes = []
             if not dry_run:
                 for proposal in fit.proposals:

@@ -127,6 +127,7 @@ class Hub:
             hostname=self._hostname,
         )
         snapshot["power_budget_w"] = self.hardware.power_budget_w
+        snapshot["power_layout"] = self.hardware.power_layout
         with self._lock:
             self._expire(self._clock())
             self.history.add(samples)

@@ -20,4 +20,5 @@ class Hardware:
     source: str  # "nvml" or "sim:RIG"
     machine: Ticking | None = None  # the simulated world, when simulating
     power_budget_w: float | None = None
+    power_layout: dict | None = None  # supplies and circuits, JSON form (gpumix.power.supplies.PowerLayout)
     rig_source: str | None = None  # the rig's name or file, for the demo job's launcher

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,20 @@ def load_layout(path: str | Path, gpu_count: int | None = None) -> PowerLayout:
         raise LayoutError(f"{path}: {error}") from None
 
 
+def rig_layout(rig_file: str, builtin: bool = False, gpu_count: int | None = None) -> PowerLayout | None:
+    """A rig's wiring: the `[power]` table of RIG.power.toml beside the rig file (shipped rigs: in
+    gpumix/rigs), or None when there is none. A file that is there but wrong raises LayoutError."""
+    name = Path(rig_file).with_suffix(".power.toml").name
+    if builtin:
+        resource = resources.files("gpumix.rigs").joinpath(name)
+        if not resource.is_file():
+            return None
+        with resources.as_file(resource) as path:
+            return load_layout(path, gpu_count)
+    path = Path(rig_file).with_suffix(".power.toml")
+    return load_layout(path, gpu_count) if path.exists() else None
+
+
 def layout_from_json(value: Any, gpu_count: int | None = None) -> PowerLayout | None:
     """The layout a snapshot carries (`power_layout`), or None when it has none or it does not parse."""
     if value is None:
@@ -348,6 +363,25 @@ def fit_to_layout(gpus: list[GpuPower], layout: PowerLayout, total_budget_w: flo
     budget_w = total_budget_w if total_budget_w is not None else sum(caps.values())
     return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()),
                      _step(gpus, {g.index: g.cap_w for g in gpus}), _step(gpus, caps), kept, proposals)
+
+
+def fit_for_snapshot(gpus: list[GpuPower], snapshot: dict[str, Any], budget_w: float | None,
+                     headroom: Any = None) -> BudgetFit:
+    """The fit the hub's power control runs: under every supply and circuit the snapshot's layout
+    declares (headroom as asked, else the layout's) and the total budget; without a layout, the total."""
+    layout = layout_from_json(snapshot.get("power_layout"), len(snapshot.get("gpus") or []))
+    if layout is None:
+        if budget_w is None:
+            raise BudgetError("fit needs a power budget in watts (or supplies and circuits: --power-config)")
+        return fit_to_budget(gpus, float(budget_w))
+    if headroom is not None:
+        if isinstance(headroom, bool) or not isinstance(headroom, int | float):
+            raise BudgetError("headroom must be a share from 0 to 0.9")
+        try:
+            layout = layout.with_headroom(float(headroom))
+        except LayoutError as error:
+            raise BudgetError(str(error)) from None
+    return fit_to_layout(gpus, layout, None if budget_w is None else float(budget_w))
 
 
 def _step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
