@@ -33,6 +33,7 @@ from typing import Any
 
 from competitor import COMPETITOR  # benchmarks/ is on sys.path for a script there
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.waiting
 from gpumix.cli.hardware import open_hardware
 from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
@@ -40,6 +41,7 @@ from gpumix.plan.inputs import plan_from_snapshot
 from gpumix.plan.planner import plan_to_json
 from gpumix.run.auto_replan import CHECK_S, AutoReplan
 from gpumix.run.supervisor import Supervisor
+from tests.waiting import wait_until  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
 JOB = "bench"
@@ -54,12 +56,7 @@ class Bench:
         return [r for r in (self.hub.snapshot() or {}).get("ranks", []) if r["job"] == JOB and r["connected"]]
 
     def wait(self, predicate, timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.2)
-        raise SystemExit(f"timed out waiting for {what}")
+        wait_until(predicate, timeout_s, what, poll_s=0.2)
 
     def at_step(self, step: int) -> bool:
         ranks = self.ranks()

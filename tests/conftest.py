@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +16,7 @@ from gpumix.hw.hardware import Hardware
 from gpumix.hw.host import HostSample, HostSampler, ProcessSample
 from gpumix.sim.rig import load_builtin_rig
 from tests.skips import ALLOWED_SKIPS, unlisted
+from tests.waiting import wait_until  # noqa: F401  (re-exported: tests import it from here too)
 
 _skipped: list[str] = []
 
@@ -36,16 +36,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_report_header() -> str:
     return f"allowed skips: {len(ALLOWED_SKIPS)} (tests/skips.py)"
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 5.0) -> Any:
-    """Poll `predicate` until it is truthy or the time is up; its last value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.01)
 
 
 class ManualClock:

@@ -6,14 +6,18 @@ the first snapshot is committed. The test SIGKILLs it.
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import sys
-import time
+from pathlib import Path
 
 from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.record.recorder import Recorder
 from gpumix.sim.rig import load_builtin_rig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: tests/ importable
+from tests.waiting import wait_until  # noqa: E402
 
 
 def main() -> None:
@@ -21,11 +25,10 @@ def main() -> None:
     Recorder(sys.argv[1]).attach(hub)
     hub.start()
     reader = sqlite3.connect(sys.argv[1])
-    while not reader.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]:
-        time.sleep(0.05)
+    wait_until(lambda: reader.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0], 60, "the first snapshot")
     print("ready", flush=True)
-    while True:
-        time.sleep(1)
+    while True:  # until the test kills it
+        signal.pause()
 
 
 if __name__ == "__main__":

@@ -101,9 +101,9 @@ def test_demo_once_includes_the_demo_ranks_and_their_straggler_tier() -> None:
 
 def test_headless_hub_serves_snapshots_and_stops_cleanly(tmp_path: Path) -> None:
     import signal
-    import time
 
     from gpumix.hub.client import HubClient
+    from tests.waiting import wait_until
 
     sock = f"/tmp/gpumix-test-{os.getpid()}.sock"
     hub = subprocess.Popen([*TOOL, "hub", "--demo", "--socket", sock, "--interval", "0.2"],
@@ -112,11 +112,7 @@ def test_headless_hub_serves_snapshots_and_stops_cleanly(tmp_path: Path) -> None
         assert "listening on" in hub.stdout.readline()
         assert_one_line_error(run([*TOOL, "hub", "--demo", "--socket", sock]), "already listens")
         client = HubClient(sock)
-        deadline = time.monotonic() + 15
-        snapshot = client.snapshot()
-        while time.monotonic() < deadline and not (snapshot and len(snapshot["ranks"]) == 10):
-            time.sleep(0.2)
-            snapshot = client.snapshot()
+        snapshot = wait_until(lambda: (s := client.snapshot()) and len(s["ranks"]) == 10 and s, 60, "10 demo ranks")
         assert snapshot and len(snapshot["ranks"]) == 10 and len(snapshot["gpus"]) == 10
         assert len(client.series(0, "power_w")) >= 1
         client.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from gpumix.hub.ranks import parse_hello, parse_step
 from gpumix.hub.server import HubServer
 from gpumix.sim.rig import load_builtin_rig
 from tests.conftest import FixedHostSampler
+from tests.waiting import wait_until
 
 TOKEN = "5a" * 32
 
@@ -163,12 +163,8 @@ def test_unreachable_node_and_its_return(nodes: TwoNodes) -> None:
     server = HubServer(nodes.hubs[1], nodes.paths[1] + "b", tcp=("127.0.0.1", nodes.servers[1].tcp_port), token=TOKEN)
     server.start()
     nodes.servers[1] = server
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        snapshot = nodes.source.snapshot()
-        if not any(g["lost"] for g in snapshot["gpus"]):
-            break
-        time.sleep(0.05)
+    snapshot = wait_until(lambda: (s := nodes.source.snapshot()) and not any(g["lost"] for g in s["gpus"]) and s,
+                          10, "the node back")
     assert [g["lost"] for g in snapshot["gpus"]] == [False] * 4
     assert not any("unreachable" in f["title"] for f in snapshot["findings"])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from gpumix.tui.app import GpumixApp
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog, parse_watts
 from tests.screen import screen_text, started
+from tests.waiting import wait_until_async
 
 SIZE = (100, 30)
 DEFAULT_CAPS = [170.0] * 3 + [350.0] * 3 + [390.0] + [450.0] * 3
@@ -23,13 +23,7 @@ pytestmark = pytest.mark.usefixtures("tui_env")
 
 
 async def wait_for(pilot, predicate, what: str, timeout_s: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return await wait_until_async(predicate, timeout_s, what, pause=pilot.pause)
 
 
 def caps(hub: Hub) -> list[float]:
@@ -109,8 +103,7 @@ async def test_escape_cancels_the_dialog(demo_hub: Hub) -> None:
         await started(pilot, app, tries=100)
         await open_dialog_for(pilot, app, 3)
         await pilot.press("3", "0", "0", "escape")
-        await pilot.pause(0.1)
-        assert app.screen is app.screen_stack[0]
+        await wait_for(pilot, lambda: app.screen is app.screen_stack[0], "the dialog to close")
         assert caps(demo_hub) == DEFAULT_CAPS and app.last_control_reply is None
 
 
@@ -126,8 +119,7 @@ async def test_a_valid_cap_asks_first_and_cancel_changes_nothing(demo_hub: Hub) 
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
         assert "Set GPU(s) 7 to cap 300 W?" in screen_text(app)
         await pilot.click("#no")
-        await pilot.pause(0.1)
-        assert app.screen is app.screen_stack[0]
+        await wait_for(pilot, lambda: app.screen is app.screen_stack[0], "the confirmation to close")
         assert caps(demo_hub) == DEFAULT_CAPS and app.last_control_reply is None
 
 
@@ -231,8 +223,7 @@ async def test_b_proposes_a_fit_and_cancel_changes_nothing(demo_hub: Hub) -> Non
         assert "caps 3300 → 2800 W (budget 2800 W)" in text and "proposal only" in text
         assert "GPU 7 RTX 4090 24G" in text
         await pilot.click("#cancel")
-        await pilot.pause(0.1)
-        assert app.screen is app.screen_stack[0]
+        await wait_for(pilot, lambda: app.screen is app.screen_stack[0], "the fit screen to close")
         assert caps(demo_hub) == DEFAULT_CAPS and app.last_control_reply is None
 
 
@@ -294,13 +285,13 @@ async def test_readonly_hides_and_ignores_every_control(demo_hub: Hub) -> None:
         await started(pilot, app, tries=100)
         keys = await footer(pilot, app)
         assert "Advice" in keys and "Cap" not in keys and "Budget" not in keys and "Split" not in keys
-        await pilot.press("space", "T", "c", "b")
-        await pilot.pause(0.2)
-        assert app.screen is app.screen_stack[0]
+        # views still open: "f" is handled after the control keys, so once the findings show
+        # those keys were handled too, and none opened a screen or changed anything
+        await pilot.press("space", "T", "c", "b", "f")
+        await wait_for(pilot, lambda: isinstance(app.screen, FindingsScreen), "the findings")
+        assert len(app.screen_stack) == 2
         assert app.query_one(GpuTable).marked == set()
         assert caps(demo_hub) == DEFAULT_CAPS and app.last_control_reply is None
-        await pilot.press("f")  # views still open
-        await wait_for(pilot, lambda: isinstance(app.screen, FindingsScreen), "the findings")
 
 
 async def test_the_footer_shows_the_controls_when_not_readonly(demo_hub: Hub) -> None:

@@ -12,6 +12,7 @@ from gpumix.tui.replay import ReplayApp
 from tests.conftest import ManualClock
 from tests.screen import screen_text, started
 from tests.test_recording import recorded_hub
+from tests.waiting import wait_until_async
 
 SIZE = (80, 24)
 
@@ -94,8 +95,8 @@ async def test_replay_app_shows_recorded_values_and_keys_move_it(recording: Path
         assert not source.paused
         player_clock.advance(2)
         assert source.position_s == source.start_s + 10 + 32
-        await pilot.pause(0.4)  # a poll or two
-        assert "00:00:42/00:01:59" in screen_text(app) and "16×" in screen_text(app)
+        await wait_until_async(lambda: "00:00:42/00:01:59" in screen_text(app) and "16×" in screen_text(app), 10,
+                               "the next poll to show the new position", pause=pilot.pause)
 
 
 def test_replay_of_something_else_is_one_line(tmp_path: Path, capsys) -> None:
