@@ -139,3 +139,24 @@ def test_a_non_finite_value_is_left_out_not_exported() -> None:
     metrics = {family.name: family.samples for family in text_string_to_metric_families(body)}
     assert [s.value for s in metrics["gpumix_rank_comm_share"]] == [0.5]
     assert metrics["gpumix_rank_step_time_seconds"] == [] and metrics["gpumix_tier_wait_share"] == []
+
+
+def test_each_finding_is_a_series_by_its_id(demo_hub: Hub) -> None:
+    metrics = scrape(demo_hub)
+    series = {(s.labels["id"], s.labels["gpus"]): s for s in metrics["gpumix_finding"]}
+    findings = demo_hub.snapshot()["findings"]
+    assert len(series) == len({(f["id"], ",".join(map(str, f["gpus"]))) for f in findings}) > 0
+    narrow = series[("narrow-link", "2")]
+    assert narrow.value == 1.0 and narrow.labels["severity"] == "warning" and narrow.labels["Hostname"] == "rig01"
+
+
+def test_a_field_finding_reaches_prometheus(demo_hub: Hub) -> None:
+    from gpumix.hub.ranks import parse_hello
+
+    uuid = demo_hub.snapshot()["gpus"][3]["uuid"]
+    key = demo_hub.agent_hello(parse_hello({"rank": 0, "world_size": 1, "job": "fp32", "gpu_uuid": uuid}))
+    for step in range(3):
+        demo_hub.agent_step(key, parse_step({"step": step, "step_time_s": 0.3, "amp_autocast": 0,
+                                             "amp_dtype": "float32"}))
+    (sample,) = [s for s in scrape(demo_hub)["gpumix_finding"] if s.labels["id"] == "fp32-on-tensor-cores"]
+    assert sample.labels["gpus"] == "3" and sample.labels["severity"] == "info"

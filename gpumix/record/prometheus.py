@@ -33,6 +33,8 @@ KIB = 1024
 GPU_LABELS = ["gpu", "UUID", "modelName", "tier", "Hostname"]
 RANK_LABELS = ["rank", "job", "Hostname"]
 SEVERITIES = ("info", "warning", "error")
+MAX_FINDING_SERIES = 256  # gpumix_finding series per scrape (a multi-node view merges many hubs' findings)
+FINDING_LABEL_CHARS = 128
 
 # (metric, help, snapshot key, scale) for the dcgm-exporter gauges
 DCGM_GAUGES = (
@@ -146,9 +148,26 @@ class HubCollector(Collector):
         for severity, count in counts.items():
             findings.add_metric([severity, hostname], count)
         yield findings
+        yield self._each_finding(snapshot, hostname)
         budget = GaugeMetricFamily("gpumix_power_budget_watts", "The machine's GPU power budget (W).", labels=["Hostname"])
         _add(budget, [hostname], snapshot.get("power_budget_w"))
         yield budget
+
+    @staticmethod
+    def _each_finding(snapshot: Snapshot, hostname: str) -> Metric:
+        """One series per finding present now (value 1), by its id: alerts and dashboards key on the id.
+        Labels are the finding's own bounded strings; the same id on other GPUs is another series."""
+        family = GaugeMetricFamily("gpumix_finding", "A finding of the advisor present now (1), by id.",
+                                   labels=["id", "severity", "gpus", "Hostname"])
+        seen = set()
+        for finding in (snapshot.get("findings") or [])[:MAX_FINDING_SERIES]:
+            gpus = finding.get("gpus") if isinstance(finding.get("gpus"), list) else []
+            labels = (str(finding.get("id", ""))[:FINDING_LABEL_CHARS], str(finding.get("severity", "info"))[:16],
+                      ",".join(str(g) for g in gpus[:64])[:FINDING_LABEL_CHARS], hostname)
+            if labels not in seen:
+                seen.add(labels)
+                family.add_metric(list(labels), 1.0)
+        return family
 
     def _ranks(self, snapshot: Snapshot, hostname: str) -> Iterator[Metric]:
         ranks = [r for r in snapshot.get("ranks") or [] if r.get("connected", True)]
