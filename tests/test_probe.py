@@ -323,3 +323,37 @@ def test_the_command_without_a_driver_is_one_line_and_exit_2() -> None:
     bad = subprocess.run([sys.executable, "-m", "gpumix.cli.main", "probe", "--gpus", "x"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "0,2" in bad.stderr
+
+
+def test_the_allreduce_floor_runs_with_and_without_p2p_within_the_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[list[int], int, bool, float]] = []
+
+    def measure(devices: list[int], nbytes: int, p2p_disabled: bool, timeout_s: float) -> dict[str, Any]:
+        calls.append((devices, nbytes, p2p_disabled, timeout_s))  # the worker processes need NCCL and 2 GPUs
+        return {"p2p_disabled": p2p_disabled, "size_bytes": nbytes, "transports": ["SHM/direct/direct"],
+                "bus_bytes_per_s": (9 if p2p_disabled else 2) * GB}
+
+    monkeypatch.setattr(allreduce, "measure", measure)
+    cuda = FakeCuda(["GPU-00000001", "GPU-00000000"], full_rate(2), peers={(0, 1), (1, 0)})
+    report = probe(FakeNvml(2), cuda, allreduce=True, allreduce_bytes=1024 * MIB, max_bytes_per_gpu=64 * MIB)
+    assert [(devices, nbytes, disabled) for devices, nbytes, disabled, _ in calls] == [
+        ([1, 0], 32 * MIB, False), ([1, 0], 32 * MIB, True)]
+    assert sum(timeout for *_, timeout in calls) <= 30.0
+    assert report["allreduce"]["gpus"] == [0, 1] and "nccl_p2p_slower" in codes(report)
+    assert report["duration_s"] >= 0
+
+
+def test_an_allreduce_worker_that_fails_is_one_line_not_a_hang() -> None:
+    # real worker processes: without torch (or without a GPU, where torch is installed) they fail
+    result = allreduce.measure([0, 1], 1024, p2p_disabled=True, timeout_s=60.0)
+    assert result["p2p_disabled"] is True and result["transports"] == []
+    assert result["error"].startswith("a worker failed: ") and "\n" not in result["error"]
+
+
+def test_the_allreduce_workers_measure_for_real_over_gloo() -> None:
+    # the same worker processes, rendezvous and result parsing as with NCCL, on the CPU
+    result = allreduce.measure([0, 1], 1 * MIB, p2p_disabled=False, timeout_s=60.0, backend="gloo")
+    assert "error" not in result, result
+    assert result["correct"] is True and result["size_bytes"] == MIB
+    assert result["bus_bytes_per_s"] == pytest.approx(MIB / result["seconds_per_op"])  # 2(n-1)/n = 1 for 2
+    assert result["transports"] == []  # gloo writes no NCCL log

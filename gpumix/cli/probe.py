@@ -100,12 +100,11 @@ def gradient_bytes_from_hub() -> float | None:
         return None
     client = HubClient(address, readonly=True)
     try:
-        snapshot = client.snapshot() or {}
-    except (OSError, ValueError):
-        return None
+        snapshot = client.snapshot()
     finally:
         client.close()
-    sizes = [r["gradient_bytes"] for r in snapshot.get("ranks", []) if isinstance(r, dict)
+    ranks = snapshot.get("ranks") if isinstance(snapshot, dict) else None
+    sizes = [r["gradient_bytes"] for r in (ranks if isinstance(ranks, list) else []) if isinstance(r, dict)
              and isinstance(r.get("gradient_bytes"), (int, float)) and 0 < r["gradient_bytes"] < 1e13]
     if sizes:
         print(f"{PROG}: all-reduce at the running job's gradient size ({statistics.median(sizes) / 1e6:.0f} MB)",

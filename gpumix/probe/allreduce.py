@@ -2,7 +2,8 @@
 with and without NCCL_P2P_DISABLE=1; the transport is read from NCCL's own log (NCCL_DEBUG=INFO
 into NCCL_DEBUG_FILE), e.g. 'via P2P/CUMEM', 'via SHM/direct/direct', 'via P2P/IPC', 'via NET/Socket/0'.
 
-`python -m gpumix.probe.allreduce RANK WORLD PORT NBYTES SECONDS` is the worker."""
+`python -m gpumix.probe.allreduce RANK WORLD PORT NBYTES SECONDS [BACKEND]` is the worker (BACKEND
+gloo runs the same all-reduces on the CPU: how the process machinery is tested without GPUs)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def measure(devices: list[int], nbytes: int, p2p_disabled: bool, timeout_s: float) -> dict[str, Any]:
+def measure(devices: list[int], nbytes: int, p2p_disabled: bool, timeout_s: float,
+            backend: str = "nccl") -> dict[str, Any]:
     """One all-reduce measurement over `devices` (CUDA indices), in fresh worker processes."""
     label = {"p2p_disabled": p2p_disabled}
     with tempfile.TemporaryDirectory(prefix="gpumix-probe-") as folder:
@@ -54,17 +56,18 @@ def measure(devices: list[int], nbytes: int, p2p_disabled: bool, timeout_s: floa
             env.pop("NCCL_P2P_DISABLE", None)
             if p2p_disabled:
                 env["NCCL_P2P_DISABLE"] = "1"
-            # one process a GPU sees only its GPU: NCCL still finds the peers through the host
-            workers.append(subprocess.Popen(
-                [sys.executable, "-m", "gpumix.probe.allreduce", str(rank), str(len(devices)), str(port),
-                 str(nbytes), f"{max(timeout_s / 4, 0.2):.3f}"],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            # one process a GPU sees only its GPU: NCCL still finds the peers through the host.
+            # Output goes to files: a pipe left unread while another rank is waited on could block it.
+            with open(f"{folder}/out.{rank}", "w") as out, open(f"{folder}/err.{rank}", "w") as err:
+                workers.append(subprocess.Popen(
+                    [sys.executable, "-m", "gpumix.probe.allreduce", str(rank), str(len(devices)), str(port),
+                     str(nbytes), f"{max(timeout_s / 4, 0.2):.3f}", backend], env=env, stdout=out, stderr=err))
         deadline = time.monotonic() + timeout_s
         outputs = []
-        for worker in workers:
+        for rank, worker in enumerate(workers):
             try:
-                out, err = worker.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-                outputs.append((worker.returncode, out, err))
+                worker.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                outputs.append((worker.returncode, _tail(f"{folder}/out.{rank}"), _tail(f"{folder}/err.{rank}")))
             except subprocess.TimeoutExpired:
                 for other in workers:
                     other.kill()
@@ -90,6 +93,13 @@ def _visible(device: int) -> str:
     """The CUDA index as the parent sees it, mapped through its own CUDA_VISIBLE_DEVICES."""
     parent = [part for part in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if part.strip()]
     return parent[device] if device < len(parent) else str(device)
+
+
+def _tail(path: str, max_bytes: int = 64 * 1024) -> str:
+    """The end of a worker's output (its result is the last line; its error the last of stderr)."""
+    with open(path, "rb") as output:
+        output.seek(max(0, os.path.getsize(path) - max_bytes))
+        return output.read().decode(errors="replace")
 
 
 def _read_transports(folder: str, ranks: int) -> list[str]:
@@ -120,26 +130,30 @@ def allreduce_findings(floor: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def worker(rank: int, world: int, port: int, nbytes: int, budget_s: float) -> None:
+def worker(rank: int, world: int, port: int, nbytes: int, budget_s: float, backend: str = "nccl") -> None:
     import torch
     import torch.distributed as dist
 
-    torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    data = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device="cuda:0")
+    on_gpu = backend == "nccl"
+    device = "cuda:0" if on_gpu else "cpu"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    if on_gpu:
+        torch.cuda.set_device(0)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    data = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=device)
     dist.all_reduce(data)  # warm-up: connects the channels (the log's transport lines)
-    torch.cuda.synchronize()
+    sync()
     correct = bool(torch.all(data == world).item())
     start = time.perf_counter()
     dist.all_reduce(data)
-    torch.cuda.synchronize()
+    sync()
     one_s = max(time.perf_counter() - start, 1e-6)
-    repeats = torch.tensor([max(1, min(50, int(budget_s / one_s)))], device="cuda:0")
+    repeats = torch.tensor([max(1, min(50, int(budget_s / one_s)))], device=device)
     dist.broadcast(repeats, 0)  # every rank runs the same number of all-reduces
     start = time.perf_counter()
     for _ in range(int(repeats.item())):
         dist.all_reduce(data)
-    torch.cuda.synchronize()
+    sync()
     seconds = (time.perf_counter() - start) / int(repeats.item())
     dist.destroy_process_group()
     if rank == 0:
@@ -147,4 +161,4 @@ def worker(rank: int, world: int, port: int, nbytes: int, budget_s: float) -> No
 
 
 if __name__ == "__main__":
-    worker(*(int(word) for word in sys.argv[1:5]), float(sys.argv[5]))
+    worker(*(int(word) for word in sys.argv[1:5]), float(sys.argv[5]), *sys.argv[6:7])

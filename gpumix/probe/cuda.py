@@ -50,7 +50,8 @@ class TorchCuda:
         except RuntimeError as error:  # a broken driver
             raise NoCudaError(f"CUDA is not usable: {str(error).splitlines()[0]}") from None
         if not available:
-            raise NoCudaError("no CUDA device is visible to torch (driver, CUDA_VISIBLE_DEVICES?)")
+            raise NoCudaError(f"torch {torch.__version__} sees no CUDA device (a CPU-only build, no driver,"
+                              " or CUDA_VISIBLE_DEVICES hides them)")
         self._torch = torch
 
     def device_count(self) -> int:
