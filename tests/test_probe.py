@@ -19,7 +19,7 @@ from gpumix.hw.types import DriverInfo, GpuInfo, GpuProcess, GpuSample
 from gpumix.probe import allreduce, store
 from gpumix.probe.cuda import NoCudaError, TorchCuda
 from gpumix.probe.measure import MIB
-from gpumix.probe.probe import Nvml, ProbeOptions, exit_code, run_probe
+from gpumix.probe.probe import Nvml, ProbeOptions, exit_code, machine_facts, run_probe
 
 GB = 1e9
 GEN4_X16_BYTES_PER_S = 31.5e9
@@ -357,3 +357,11 @@ def test_the_allreduce_workers_measure_for_real_over_gloo() -> None:
     assert result["correct"] is True and result["size_bytes"] == MIB
     assert result["bus_bytes_per_s"] == pytest.approx(MIB / result["seconds_per_op"])  # 2(n-1)/n = 1 for 2
     assert result["transports"] == []  # gloo writes no NCCL log
+
+
+def test_a_hub_can_find_the_kept_result_from_its_own_facts(tmp_path: Path) -> None:
+    nvml = FakeNvml(2)
+    report = probe(nvml, FakeCuda(["GPU-00000000", "GPU-00000001"], full_rate(2), peers={(0, 1), (1, 0)}))
+    store.save(report, tmp_path)
+    kept = store.load(machine_facts(nvml.gpus(), nvml.driver_info().driver_version), tmp_path)
+    assert kept is not None and kept["pairs"] == report["pairs"]

@@ -75,6 +75,8 @@ def run_probe(args: argparse.Namespace) -> int:
             report = probe(nvml, TorchCuda, options, say=lambda line: print(plain(line), file=sys.stderr, flush=True))
         except NoCudaError as error:
             fail(PROG, str(error))
+        except KeyboardInterrupt:
+            fail(PROG, "interrupted: nothing kept", code=130)
         except RuntimeError as error:  # CUDA failing mid-way: one line, nothing kept
             fail(PROG, f"CUDA failed: {plain(str(error).splitlines()[0] if str(error) else error)}", code=1)
         if report["gpus"]:

@@ -66,11 +66,17 @@ def busy_reason(sample: GpuSample, own_pid: int) -> str | None:
     return None
 
 
-def machine_of(nvml: Nvml) -> dict[str, Any]:
-    return {"driver_version": nvml.driver_version(),
+def machine_facts(gpus: list[GpuInfo], driver_version: str | None) -> dict[str, Any]:
+    """What a result is true of (its key in the store): a hub holding GpuInfo and the driver can
+    look up the kept result with `store.load(machine_facts(...))` without running anything."""
+    return {"driver_version": driver_version,
             "gpus": [{"nvml_index": g.index, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
                       "pcie_gen_max": g.pcie_gen_max, "pcie_width_max": g.pcie_width_max,
-                      "link_max": link_label(g.pcie_gen_max, g.pcie_width_max)} for g in nvml.gpus()]}
+                      "link_max": link_label(g.pcie_gen_max, g.pcie_width_max)} for g in gpus]}
+
+
+def machine_of(nvml: Nvml) -> dict[str, Any]:
+    return machine_facts(nvml.gpus(), nvml.driver_version())
 
 
 def choose_gpus(nvml: Nvml, options: ProbeOptions, say: Callable[[str], None]) -> tuple[list[int], list[dict[str, Any]]]:
