@@ -42,8 +42,13 @@ class GlobalBatchSampler:
                  seed: int = 0, epoch: int = 0, start_step: int = 0, shuffle: bool = True) -> None:
         if not 0 <= rank < len(samples_per_rank):
             raise ValueError(f"rank {rank} is not in a split of {len(samples_per_rank)} ranks")
-        if any(n < 0 for n in samples_per_rank) or sum(samples_per_rank) <= 0:
-            raise ValueError("samples per rank must be >= 0 and add up to more than 0")
+        if any(n < 1 for n in samples_per_rank):
+            # a rank with no samples would still join every all-reduce with nothing to add, or
+            # stop early and hang the others: leave it out of the job instead (a plan drops it)
+            raise ValueError("every rank needs at least 1 sample per step; leave a rank out of the job, not"
+                             " at 0 samples")
+        if dataset_len < sum(samples_per_rank):
+            raise ValueError(f"a dataset of {dataset_len} samples holds no global batch of {sum(samples_per_rank)}")
         self.dataset_len = dataset_len
         self.samples_per_rank = list(samples_per_rank)
         self.rank = rank
@@ -52,6 +57,16 @@ class GlobalBatchSampler:
         self.start_step = start_step  # optimizer steps of this epoch already done
         self.shuffle = shuffle
 
+    @classmethod
+    def resumed(cls, dataset_len: int, samples_per_rank: Sequence[int], rank: int, steps_done: int,
+                seed: int = 0, shuffle: bool = True) -> GlobalBatchSampler:
+        """The sampler positioned after `steps_done` optimizer steps counted over the whole run
+        (agent.resume_step): the epoch they reached and the step within it. Exact as long as the
+        global batch stays the same across restarts, which the supervisor enforces."""
+        sampler = cls(dataset_len, samples_per_rank, rank, seed=seed, shuffle=shuffle)
+        sampler.epoch, sampler.start_step = divmod(max(0, steps_done), sampler.steps_per_epoch)
+        return sampler
+
     @property
     def global_batch(self) -> int:
         return sum(self.samples_per_rank)
@@ -59,6 +74,11 @@ class GlobalBatchSampler:
     @property
     def steps_per_epoch(self) -> int:
         return self.dataset_len // self.global_batch
+
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps of the whole run before this sampler's next step."""
+        return self.epoch * self.steps_per_epoch + self.start_step
 
     @property
     def offset(self) -> int:

@@ -4,7 +4,8 @@
     # then, in gpumix-top, press `s` (re-plan), or: gpumix plan --job demo-ddp --apply
 
 What makes it restartable: the global-batch sampler (every rank takes its
-n_r samples of each global batch, reproducibly), the loss weight n_r*R/B
+n_r samples of each global batch, reproducibly, and resumes at the epoch and
+step that the run's total step count reaches), the loss weight n_r*R/B
 (so unequal shares give the full-batch gradient), a checkpoint hook, and a
 restart point after each optimizer step. Runs on CPU (gloo) and GPUs (NCCL).
 """
@@ -39,7 +40,7 @@ def build_model(hidden: int, layers: int) -> torch.nn.Sequential:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps in all")
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps in all, over as many epochs as they take")
     parser.add_argument("--samples-per-rank", type=int, default=8, help="the equal split when no plan is given")
     parser.add_argument("--dataset", type=int, default=100_000)
     parser.add_argument("--checkpoint", default="checkpoint.pt")
@@ -91,11 +92,9 @@ def main() -> None:
 
     agent.on_checkpoint(save)
     log = open(Path(args.trace) / f"rank{rank}.jsonl", "a") if args.trace else None
-    sampler = GlobalBatchSampler(args.dataset, plan.samples_per_rank, rank, seed=7, start_step=start)
-    step = start - 1
-    for step, indices in enumerate(sampler.steps(), start=start):
-        if step >= args.steps:
-            break
+
+    def train_step(indices: list[int]) -> float:
+        """One optimizer step over this rank's share of a global batch; its mean loss."""
         with agent.step(samples=len(indices)) as record:
             optimizer.zero_grad(set_to_none=True)
             micro_batches = list(split_micro_batches(indices, share.micro_batch))
@@ -113,14 +112,30 @@ def main() -> None:
                 total += loss.item() * len(micro) / share.samples
             optimizer.step()
             record.loss = total
-        if log:
-            log.write(json.dumps({"step": step, "loss": total, "indices": indices, "plan": plan.plan_id}) + "\n")
-            log.flush()
-        time.sleep(args.step_sleep)
-        if agent.restart_point(step + 1):
-            break
-    finished = sampler.start_step >= args.steps or step + 1 >= args.steps
-    if args.final and rank == 0 and finished:
+        return total
+
+    # resume_step counts optimizer steps over the whole run: the sampler turns it into the epoch
+    # and the step within it (the global batch never changes across restarts)
+    sampler = GlobalBatchSampler.resumed(args.dataset, plan.samples_per_rank, rank, start, seed=7)
+    step = start
+    stopped = False
+    while step < args.steps and not stopped:
+        for indices in sampler.steps():
+            if step >= args.steps:
+                break
+            total = train_step(indices)
+            if log:
+                log.write(json.dumps({"step": step, "epoch": sampler.epoch, "loss": total, "indices": indices,
+                                      "plan": plan.plan_id}) + "\n")
+                log.flush()
+            time.sleep(args.step_sleep)
+            step += 1
+            if agent.restart_point(step):
+                stopped = True
+                break
+        else:
+            sampler.set_epoch(sampler.epoch + 1)  # the next epoch starts at its step 0
+    if args.final and rank == 0 and step >= args.steps:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.final)
     gpumix.agent.stop()
     dist.destroy_process_group()

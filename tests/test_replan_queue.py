@@ -81,9 +81,9 @@ def test_a_plan_asked_for_during_a_restart_runs_after_it(tmp_path: Path, hub_soc
             return ranks[0]["step"] or 0 if ranks else 0
 
         assert wait_until(lambda: rank_step() >= 5, timeout_s=60)
-        assert hub.request_restart("t", plan("first", 16))["ok"]
+        assert hub.request_restart("t", plan("first"))["ok"]  # the job's B: a restart keeps it
         assert wait_until(lambda: hub.snapshot()["jobs"]["t"]["state"] in jobs.RESTARTING, timeout_s=30)
-        second = hub.request_restart("t", plan("second", 4))
+        second = hub.request_restart("t", plan("second"))
         assert second["ok"] and "in progress" in second["message"]
         assert wait_until(lambda: supervisor.restarts == 2, timeout_s=90), (supervisor.message, list(supervisor.plan_log))
         assert supervisor.plan is not None and supervisor.plan.plan_id == "second"

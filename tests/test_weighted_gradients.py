@@ -97,7 +97,7 @@ def test_loss_weight_gives_full_batch_gradient_on_every_rank(tmp_path: Path) -> 
 
 def test_sampler_restart_with_another_split_resumes_without_duplicates() -> None:
     dataset_len, stop_at = 100, 3
-    first_split, second_split = [2, 4, 6], [6, 3, 0, 3]  # B = 12 both, another world size
+    first_split, second_split = [2, 4, 6], [8, 4]  # B = 12 both, another world size
     seen = []
     for rank in range(len(first_split)):
         sampler = GlobalBatchSampler(dataset_len, first_split, rank, seed=SEED, epoch=2)
@@ -113,7 +113,7 @@ def test_sampler_restart_with_another_split_resumes_without_duplicates() -> None
     whole = GlobalBatchSampler(dataset_len, [12], 0, seed=SEED, epoch=2)
     steps = list(whole.steps())
     resumed = GlobalBatchSampler(dataset_len, second_split, 0, seed=SEED, epoch=2, start_step=stop_at)
-    assert next(resumed.steps()) == steps[stop_at][:6]
+    assert next(resumed.steps()) == steps[stop_at][:8]
     assert set(seen) == {i for ids in steps for i in ids}
 
 
@@ -126,3 +126,38 @@ def test_sampler_epochs_and_micro_batches() -> None:
     assert list(split_micro_batches([1, 2, 3, 4, 5, 6], 2)) == [[1, 2], [3, 4], [5, 6]]
     assert list(split_micro_batches([1, 2, 3], 2)) == [[1, 2], [3]]
     assert loss_weight(6, 3, 12) == 1.5
+
+
+def test_resumed_from_the_run_total_continues_across_epochs() -> None:
+    """agent.resume_step counts steps over the whole run; resumed() finds the epoch and the step in
+    it. Stopping at 5, 13 (epoch 1) and 19 (epoch 2) under other splits of B = 12 trains exactly the
+    global batches of an uninterrupted run, every sample once per epoch."""
+    dataset_len, global_batch, total_steps = 100, 12, 3 * (100 // 12)
+    whole = []
+    for epoch in range(3):
+        whole += list(GlobalBatchSampler(dataset_len, [global_batch], 0, seed=SEED, epoch=epoch).steps())
+    splits = [[2, 4, 6], [8, 4], [1, 1, 10], [12]]
+    stops = [0, 5, 13, 19, total_steps]
+    trained = []
+    for split, start, stop in zip(splits, stops, stops[1:], strict=False):
+        samplers = [GlobalBatchSampler.resumed(dataset_len, split, rank, start, seed=SEED) for rank in range(len(split))]
+        step = start
+        while step < stop:  # the example's loop: one epoch at a time
+            for ids in zip(*(sampler.steps() for sampler in samplers), strict=True):
+                trained.append(sorted(i for part in ids for i in part))
+                step += 1
+                if step == stop:
+                    break
+            else:
+                for sampler in samplers:
+                    sampler.set_epoch(sampler.epoch + 1)
+    assert trained == [sorted(batch) for batch in whole]
+    assert GlobalBatchSampler.resumed(dataset_len, [8, 4], 1, 19, seed=SEED).steps_done == 19
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_a_rank_with_no_samples_is_refused_by_the_sampler(rank: int) -> None:
+    # A rank at n_r = 0 would join no step (the others hang in the all-reduce) or an empty one
+    # (DDP fails on it): it is left out of the job by the plan instead.
+    with pytest.raises(ValueError, match="every rank needs at least 1 sample per step"):
+        GlobalBatchSampler(100, [8, 0, 4], rank)

@@ -266,8 +266,14 @@ class Supervisor:
         world = len(plan.shares)
         command = self.command
         refusal = None
+        running_batch = self._running_global_batch(ranks)
         if len(ranks) != plan.world_before:
             refusal = f"the plan is for {plan.world_before} ranks, {len(ranks)} report"
+        elif running_batch is not None and plan.global_batch != running_batch:
+            # the ranks resume at (epoch, step) = divmod(steps done, dataset // B): another B would
+            # repeat or skip samples of the epoch under way
+            refusal = (f"the plan's global batch {plan.global_batch} is not the job's {running_batch}; a restart"
+                       " keeps the global batch (change it with a fresh start)")
         elif world != plan.world_before and not self.world_from_plan:
             command = with_process_count(self.command, world)
             if command is None:
@@ -317,6 +323,16 @@ class Supervisor:
         self.process = None
         self._launch()
         self.say(f"gpumix run: relaunched (restart {self.restarts}) from step {stop_after}")
+
+    def _running_global_batch(self, ranks: list[dict[str, Any]]) -> int | None:
+        """Samples per optimizer step of the job as it runs: its plan's, else what its ranks report
+        (the job's own equal split); None when they do not all say."""
+        if self.plan is not None:
+            return self.plan.global_batch
+        reported = [r.get("samples") for r in ranks]
+        if not reported or not all(isinstance(n, (int, float)) and n > 0 for n in reported):
+            return None
+        return round(sum(reported))
 
     def _await_checkpoints(self, restart_id: str, world: int, deadline_s: float) -> dict[int, dict[str, Any]]:
         reports: dict[int, dict[str, Any]] = {}
