@@ -2,11 +2,18 @@
 
     deepspeed --num_gpus 2 examples/deepspeed_train.py --zero 2
     torchrun --nproc_per_node=2 examples/deepspeed_train.py       # CPU: gloo
+
+Under `gpumix run`, a plan made with `gpumix plan --deepspeed-config BASE.json --apply`
+hands each rank its own config (its micro-batch m_r, the common accumulation steps k):
+the rank starts DeepSpeed with that file, and watch_deepspeed makes DeepSpeed count the
+plan's global batch per step.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 import deepspeed
 import torch
@@ -22,6 +29,7 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--accumulation", type=int, default=2)
     parser.add_argument("--local_rank", type=int, default=-1)  # set by the deepspeed launcher
+    parser.add_argument("--samples-out", help="a folder: each rank writes DeepSpeed's sample count there (tests)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
@@ -35,19 +43,27 @@ def main() -> None:
         "wall_clock_breakdown": True,  # DeepSpeed's timers: gives the all-reduce time
         "steps_per_print": 10**9,
     }
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     agent = gpumix.agent.start(job="deepspeed-example")
-    watch_deepspeed(agent, engine)
+    rank = torch.distributed.get_rank()
+    planned = agent.plan.deepspeed_config(rank) if agent.plan is not None else None
+    if planned is not None:  # this rank's config from the plan: its m_r, the common k
+        config = json.loads(Path(planned).read_text())
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    watch_deepspeed(agent, engine)  # counts the plan's global batch per step, when there is a plan
+    micro_batch, accumulation = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
     device = engine.device
     for _ in range(args.steps):
-        with agent.step(samples=args.micro_batch * args.accumulation) as step:
-            for _ in range(args.accumulation):
-                inputs = torch.randn(args.micro_batch, 256, device=device)
-                labels = torch.randint(0, 10, (args.micro_batch,), device=device)
+        with agent.step(samples=micro_batch * accumulation) as step:
+            for _ in range(accumulation):
+                inputs = torch.randn(micro_batch, 256, device=device)
+                labels = torch.randint(0, 10, (micro_batch,), device=device)
                 loss = torch.nn.functional.cross_entropy(engine(inputs), labels)
                 engine.backward(loss)
                 engine.step()
             step.loss = loss
+    if args.samples_out:
+        counts = {"global_samples": engine.global_samples, "global_steps": engine.global_steps}
+        (Path(args.samples_out) / f"rank{rank}.json").write_text(json.dumps(counts))
     gpumix.agent.stop()
 
 

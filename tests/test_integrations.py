@@ -15,14 +15,15 @@ from gpumix.hub.server import HubServer
 ROOT = Path(__file__).parents[1]
 
 
-def run_example(demo_hardware, tmp_path: Path, command: list[str]) -> list[dict]:
+def run_example(demo_hardware, tmp_path: Path, command: list[str], env: dict[str, str] | None = None) -> list[dict]:
     hub = Hub(demo_hardware)
     hub.tick()
     sock = f"/tmp/gpumix-int-{os.getpid()}.sock"
     server = HubServer(hub, sock)
     server.start()
     try:
-        env = {**os.environ, "GPUMIX_HUB": sock, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**os.environ, "GPUMIX_HUB": sock, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+               **(env or {})}
         result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-4000:]
         return sorted(hub.snapshot()["ranks"], key=lambda rank: rank["rank"])
@@ -61,3 +62,34 @@ def test_deepspeed_engine(demo_hardware, tmp_path: Path) -> None:
         assert rank["micro_batch"] == 8 and rank["accumulation_steps"] == 2
         assert rank["comm_share"] is not None and rank["comm_share"] > 0  # DeepSpeed's bwd_allreduce timer
         assert rank["loss"] is not None
+
+
+@pytest.mark.slow
+def test_deepspeed_under_an_unequal_plan_counts_the_samples_trained(demo_hardware, tmp_path: Path) -> None:
+    """Each rank starts from its config of the plan (m = 2 and 4, one k = 2, B = 12). DeepSpeed's
+    own check needs train_batch_size = m_r * k * R per rank (8 and 16); the integration makes
+    engine.global_samples count the 12 samples each step trains, on every rank."""
+    import json
+
+    pytest.importorskip("deepspeed")
+    from gpumix.plan.deepspeed import deepspeed_split, write_configs
+    from gpumix.wire.plan_file import PLAN_ENV
+
+    split = deepspeed_split({"global_batch": 12, "ranks": [
+        {"rank": 0, "samples": 4, "micro_batch": 2, "accumulation_steps": 2, "loss_weight": 0.0},
+        {"rank": 1, "samples": 8, "micro_batch": 4, "accumulation_steps": 2, "loss_weight": 0.0}]})
+    base = {"optimizer": {"type": "SGD", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 0},
+            "wall_clock_breakdown": True, "steps_per_print": 10**9}
+    configs = write_configs(split, base, tmp_path / "ds")
+    plan = {"plan_id": "ds", "global_batch": 12, "ranks": split["ranks"],
+            "deepspeed_configs": [str(path.resolve()) for path in configs]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    (tmp_path / "counts").mkdir()
+    ranks = run_example(demo_hardware, tmp_path, [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(ROOT / "examples" / "deepspeed_train.py"), "--steps", "10", "--samples-out", str(tmp_path / "counts")],
+        env={PLAN_ENV: str(tmp_path / "plan.json")})
+    assert [(r["micro_batch"], r["accumulation_steps"]) for r in ranks] == [(2, 2), (4, 2)]
+    for rank in (0, 1):
+        counts = json.loads((tmp_path / "counts" / f"rank{rank}.json").read_text())
+        assert counts == {"global_samples": 10 * 12, "global_steps": 10}, rank

@@ -191,7 +191,9 @@ def test_failed_checkpoint_aborts_the_restart_and_the_run_goes_on(tmp_path: Path
     assert hub.request_restart("t", NEW_PLAN)["ok"]
     outcome["thread"].join(timeout=240)
     assert outcome.get("code") == 0
-    assert supervisor.restarts == 0 and "restart aborted" in hub.snapshot()["jobs"]["t"]["message"] or supervisor.restarts == 0
+    assert supervisor.restarts == 0
+    (outcome_line,) = [p["outcome"] for p in supervisor.plan_log if p["plan_id"] == "unequal"]
+    assert outcome_line.startswith("restart aborted, the run goes on unchanged: checkpoint hook failed"), outcome_line
     steps = [entry["step"] for entry in traces(tmp_path / "trace")[0]]
     assert steps == list(range(STEPS)) and {e["plan"] for e in traces(tmp_path / "trace")[0]} == {"equal"}
 
@@ -212,3 +214,97 @@ def test_restart_without_a_supervisor_or_with_a_bad_plan_is_refused(hub_socket) 
     assert not hub.request_restart("t", bad)["ok"]
     nobody = {**NEW_PLAN, "ranks": [{**r, "samples": 0} for r in NEW_PLAN["ranks"]]}
     assert "at least one rank" in hub.request_restart("t", nobody)["message"]
+
+
+# -- `gpumix plan --apply` against a real hub whose job is supervised ---------------------------------
+
+def reporting_job(hub: Hub, computes_s: tuple[float, ...]) -> None:
+    """Ranks of job `t` reporting 32 samples in a 0.35 s step each, with these compute times."""
+    from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
+
+    for rank, compute_s in enumerate(computes_s):
+        uuid = hub.snapshot()["gpus"][rank]["uuid"]
+        key = hub.agent_hello(parse_hello({"rank": rank, "world_size": len(computes_s), "job": "t",
+                                           "pid": 10 + rank, "gpu_uuid": uuid}))
+        for step in range(MEDIAN_WINDOW + 20):
+            hub.agent_step(key, parse_step({"step": step, "step_time_s": 0.35, "samples": 32, "micro_batch": 16,
+                                            "comm_s": 0.35 - compute_s, "data_wait_s": 0.0, "gradient_bytes": 1e8}))
+
+
+class PollingSupervisor:
+    """Stands where `gpumix run` would: reports to the hub (taking no plan) until stopped, then
+    takes what was queued. Only the polls are needed to see what --apply hands over."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub, self.done = hub, threading.Event()
+        hub.supervisor_poll("t", self.status(False))
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def status(accepts_plan: bool) -> dict:
+        return {"state": "running", "pid": 4242, "accepts_plan": accepts_plan, "restarts": 0}
+
+    def _poll(self) -> None:
+        while not self.done.wait(0.3):
+            self.hub.supervisor_poll("t", self.status(False))
+
+    def take(self) -> dict | None:
+        self.done.set()
+        self.thread.join(5)
+        return self.hub.supervisor_poll("t", self.status(True))["plan"]
+
+
+def plan_cli(socket_path: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpumix.cli.main", "plan", "--hub", socket_path, "--job", "t",
+                           "--apply", *extra], capture_output=True, text=True, timeout=120, env=dict(os.environ))
+
+
+def test_apply_does_not_restart_into_the_current_split(hub_socket) -> None:
+    hub, socket_path = hub_socket
+    reporting_job(hub, (0.30, 0.30, 0.30))  # equal ranks: nothing beats the split they have
+    supervisor = PollingSupervisor(hub)
+    result = plan_cli(socket_path)
+    assert result.returncode == 0, result.stderr
+    assert "not applied: the current split stays; the job is not restarted" in result.stdout
+    assert supervisor.take() is None, "a kept_current plan was queued for a restart"
+
+
+def test_apply_with_another_global_batch_is_refused_in_one_line(hub_socket) -> None:
+    hub, socket_path = hub_socket
+    reporting_job(hub, (0.30, 0.10, 0.05))  # 3 x 32 = 96 samples a step
+    supervisor = PollingSupervisor(hub)
+    result = plan_cli(socket_path, "--global-batch", "120")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "gpumix: not applied: --global-batch 120 is not the job's 96: a restart keeps the global batch"
+        " (change it with a fresh start)"]
+    assert supervisor.take() is None
+
+
+def test_deepspeed_apply_hands_each_rank_its_config_with_one_accumulation(hub_socket, tmp_path: Path) -> None:
+    from gpumix.wire.plan_file import RunPlan
+
+    hub, socket_path = hub_socket
+    reporting_job(hub, (0.30, 0.10, 0.05))
+    (tmp_path / "base.json").write_text(json.dumps({"zero_optimization": {"stage": 2}, "gradient_clipping": 1.0}))
+    supervisor = PollingSupervisor(hub)
+    result = plan_cli(socket_path, "--deepspeed-config", str(tmp_path / "base.json"), "--out", str(tmp_path / "ds"),
+                      "--json")
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    handed = supervisor.take()
+    assert handed is not None
+    plan = RunPlan.from_json(handed)
+    k = printed["deepspeed"]["accumulation_steps"]
+    assert {share.accumulation_steps for share in plan.shares} == {k}  # ZeRO-2/3 need one k
+    assert plan.global_batch == 96 and sum(plan.samples_per_rank) == 96
+    assert plan.samples_per_rank == [r["samples"] for r in printed["deepspeed"]["ranks"]]
+    assert plan.deepspeed_configs is not None and len(plan.deepspeed_configs) == 3
+    for rank, share in enumerate(plan.shares):
+        path = Path(plan.deepspeed_config(rank))
+        assert path.is_absolute() and path.parent == (tmp_path / "ds").resolve()
+        config = json.loads(path.read_text())
+        assert config["train_micro_batch_size_per_gpu"] == share.micro_batch
+        assert config["gradient_accumulation_steps"] == k and share.micro_batch * k == share.samples
+        assert config["zero_optimization"] == {"stage": 2} and config["gradient_clipping"] == 1.0

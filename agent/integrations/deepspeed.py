@@ -12,6 +12,14 @@ DeepSpeed times the gradient all-reduce only with "wall_clock_breakdown": true
 (its own option, which synchronises at each step to print its timers). We
 keep references to its timer's events and read them one step later: no
 further synchronisation from us. Without that option, comm time is not known.
+
+Under an unequal split (gpumix plan --deepspeed-config) each rank's config says
+train_batch_size = m_r * k * R, because DeepSpeed checks exactly that at start;
+its sample count (engine.global_samples, the x axis of its monitors and of
+sample-based schedules) would then add the wrong amount each step. Given the
+true global batch B (the plan's, by default), watch_deepspeed sets the
+engine's train_batch_size to B once the check has passed, so each step counts
+B samples: the samples every rank trained together.
 """
 
 from __future__ import annotations
@@ -51,9 +59,21 @@ class DeepSpeedCommTimer:
         return total
 
 
-def watch_deepspeed(agent: Agent, engine: Any) -> DeepSpeedCommTimer | None:
+def count_global_batch(engine: Any, global_batch: int) -> None:
+    """engine.global_samples grows by train_batch_size() per optimizer step (and by
+    train_batch_size() // k per micro-step when the caller owns the boundary): make that the
+    true global batch B, which DeepSpeed's start-up check (m * k * world) cannot express per rank.
+    B must be divisible by k, as the DeepSpeed split makes it."""
+    engine._config.train_batch_size = global_batch
+
+
+def watch_deepspeed(agent: Agent, engine: Any, global_batch: int | None = None) -> DeepSpeedCommTimer | None:
     agent.micro_batch = engine.train_micro_batch_size_per_gpu()
     agent.accumulation_steps = engine.gradient_accumulation_steps()
+    if global_batch is None and agent.plan is not None:
+        global_batch = agent.plan.global_batch
+    if global_batch is not None and global_batch > 0:
+        count_global_batch(engine, global_batch)
     if not engine.wall_clock_breakdown():
         return None
     timer = engine.timers(ALLREDUCE_TIMER)

@@ -95,14 +95,60 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
         data["deepspeed"] = deepspeed_outputs(args, data)
     reply = None
     if args.apply:
-        reply = source.control({"type": "replan", "job": job, "plan": data})
+        refusal = apply_refusal(snapshot, job, data)
+        if refusal is not None:
+            fail(PROG, f"not applied: {refusal}", code=1)
+        if data["kept_current"]:
+            # nothing faster to restart into: a restart would only cost the job its relaunch
+            reply = {"ok": True, "restarted": False, "message": "the current split stays; the job is not restarted"}
+        else:
+            restart_plan = deepspeed_plan(data) if args.deepspeed_config else data
+            reply = source.control({"type": "replan", "job": job, "plan": restart_plan})
     if args.json:
         print(json.dumps({**data, "applied": reply}, indent=1))
     else:
         print(plan_text(job, data))
         if reply is not None:
-            print(("applied: " if reply["ok"] else "not applied: ") + reply["message"])
+            applied = reply["ok"] and reply.get("restarted", True)
+            print(("applied: " if applied else "not applied: ") + reply["message"])
     return 0 if reply is None or reply["ok"] else 1
+
+
+def running_global_batch(snapshot: dict[str, Any], job: str) -> int | None:
+    """The job's samples per optimizer step now: the sum of what its live ranks report; None when
+    they do not all say."""
+    ranks = [r for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")]
+    reported = [r.get("samples") for r in ranks]
+    if not reported or not all(isinstance(n, (int, float)) and n > 0 for n in reported):
+        return None
+    return round(sum(reported))
+
+
+def apply_refusal(snapshot: dict[str, Any], job: str, data: dict[str, Any]) -> str | None:
+    """Why --apply must not restart into this plan, or None. A restart resumes each rank at
+    (epoch, step) = divmod(steps done, dataset // B): another B would repeat or skip samples."""
+    running = running_global_batch(snapshot, job)
+    if running is not None and data["global_batch"] != running:
+        return (f"--global-batch {data['global_batch']} is not the job's {running}: a restart keeps the"
+                " global batch (change it with a fresh start)")
+    return None
+
+
+def deepspeed_plan(data: dict[str, Any]) -> dict[str, Any]:
+    """The plan to restart a DeepSpeed job into: the DeepSpeed split's shares (one k for every rank)
+    in place of the DDP split's, and each kept rank's config file. Left-out ranks stay at 0 samples,
+    so the relaunch drops them as it would from the DDP plan."""
+    split = data["deepspeed"]
+    kept = iter(split["ranks"])  # in the order of the kept ranks, renumbered from 0
+    ranks = []
+    for rank in sorted(data["ranks"], key=lambda r: r["rank"]):
+        if rank["samples"] > 0:
+            share = next(kept)
+            rank = {**rank, **{key: share[key] for key in
+                               ("samples", "micro_batch", "accumulation_steps", "loss_weight")}}
+        ranks.append(rank)
+    configs = [str(Path(path).resolve()) for path in split["configs"]]
+    return {**data, "ranks": ranks, "deepspeed_configs": configs}
 
 
 def rank_list(text: str) -> frozenset[int]:

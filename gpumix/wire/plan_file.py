@@ -20,6 +20,7 @@ from typing import Any
 PLAN_ENV = "GPUMIX_PLAN"  # path of this run's plan file
 CONTROL_DIR_ENV = "GPUMIX_CONTROL_DIR"
 RESUME_STEP_ENV = "GPUMIX_RESUME_STEP"  # optimizer steps already done (0: a fresh start)
+MAX_PATH_CHARS = 4096  # PATH_MAX: a config path in a plan is at most this long
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class RunPlan:
     # many ranks the job had before. None / 0: the job keeps its ranks and GPUs.
     gpus: tuple[str, ...] | None = None
     ranks_before: int = 0
+    # `gpumix plan --deepspeed-config --apply`: each rank's DeepSpeed config (absolute paths, in the
+    # new rank order), all with the same accumulation steps k. None: not a DeepSpeed plan.
+    deepspeed_configs: tuple[str, ...] | None = None
 
     @property
     def samples_per_rank(self) -> list[int]:
@@ -55,6 +59,10 @@ class RunPlan:
     def share(self, rank: int) -> RankShare:
         return self.shares[rank]
 
+    def deepspeed_config(self, rank: int) -> str | None:
+        """The DeepSpeed config file this rank starts with, when the plan carries them."""
+        return self.deepspeed_configs[rank] if self.deepspeed_configs is not None else None
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"plan_id": self.plan_id, "global_batch": self.global_batch,
                                 "ranks": [asdict(share) for share in self.shares]}
@@ -62,6 +70,8 @@ class RunPlan:
             data["gpus"] = list(self.gpus)
         if self.ranks_before:
             data["ranks_before"] = self.ranks_before
+        if self.deepspeed_configs is not None:
+            data["deepspeed_configs"] = list(self.deepspeed_configs)
         return data
 
     @classmethod
@@ -92,8 +102,17 @@ class RunPlan:
             gpus = uuids if all(uuids) else None
         if gpus is not None and (len(gpus) != len(shares) or not all(isinstance(g, str) and g for g in gpus)):
             raise ValueError("'gpus' must name one GPU per rank")
+        configs = data.get("deepspeed_configs")
+        if configs is not None:
+            if not isinstance(configs, list) or len(configs) != len(shares) or not all(
+                    isinstance(c, str) and 0 < len(c) <= MAX_PATH_CHARS for c in configs):
+                raise ValueError("'deepspeed_configs' must name one config file per rank")
+            if len({s.accumulation_steps for s in shares}) != 1:
+                # ZeRO-2 aborts and ZeRO-3 hangs when ranks take different numbers of micro-steps
+                raise ValueError("a DeepSpeed plan gives every rank the same accumulation steps")
         return cls(plan_id=str(data.get("plan_id", "")), global_batch=int(data["global_batch"]), shares=shares,
-                   gpus=tuple(gpus) if gpus is not None else None, ranks_before=ranks_before)
+                   gpus=tuple(gpus) if gpus is not None else None, ranks_before=ranks_before,
+                   deepspeed_configs=tuple(configs) if configs is not None else None)
 
     @classmethod
     def equal(cls, ranks: int, samples_per_rank: int, plan_id: str = "equal") -> RunPlan:
