@@ -344,3 +344,46 @@ def test_the_agent_reports_autocast_scale_and_skipped_steps(hub_path: Any) -> No
     # the rank has ended (findings speak of live ranks): seen live, its figures make the finding
     snapshot = hub.snapshot()
     assert "loss-scale-collapsing" in field_ids({**snapshot, "ranks": [{**rank, "connected": True}]})
+
+
+# -- in the TUI: the advice screen, the ranks view's precision columns, the host panel's supplies -------------
+
+
+async def test_the_tui_shows_field_findings_precision_and_supplies(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    from textual.widgets import DataTable, Static
+
+    from gpumix.tui.advice_screens import FindingsScreen
+    from gpumix.tui.app import GpumixApp
+    from gpumix.tui.ranks_screen import RanksScreen
+    from tests.waiting import wait_until_async
+
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    hub = quiet_hub()
+    hub.hardware.power_layout = load_layout(SHIPPED / "mixed10.power.toml", gpu_count=10).to_json()
+    add_job(hub, [3, 7], count=30, samples=32, amp_autocast=[0, 1], amp_dtype=["float32", "float16"],
+            steps=[lambda s: {}, lambda s: {"loss_scale": 65536.0 / 2 ** (s // 2), "amp_skipped_steps": (s + 1) // 2}])
+    tick(hub)
+    app = GpumixApp(hub, interval_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        host = await wait_until_async(lambda: "PSU psu-" in str(app.query_one("#host", Static).render())
+                                      and app.query_one("#host", Static), 5.0, "the supplies line", pilot.pause)
+        assert "psu-4090" in str(host.render())
+        await pilot.press("f")
+        screen = await wait_until_async(lambda: isinstance(app.screen, FindingsScreen) and app.screen, 5.0,
+                                        "the findings", pilot.pause)
+        await pilot.pause()
+        text = str(screen.query_one("#findings-text", Static).render())
+        assert "Training in fp32 on cards with tensor cores" in text
+        assert "Rank 1's loss scale keeps collapsing" in text
+        await pilot.press("f")
+        await pilot.pause()
+        await pilot.press("r")
+        ranks = await wait_until_async(lambda: isinstance(app.screen, RanksScreen) and app.screen, 5.0,
+                                       "the ranks view", pilot.pause)
+        await pilot.pause()
+        table = ranks.query_one(DataTable)
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+        assert rows[0][-3:] == ["fp32", "N/A", "N/A"]
+        assert rows[1][-3:] == ["fp16", f"{65536.0 / 2 ** 14:.6g}", "15 (52%)"]

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpumix.power.supplies import layout_from_json, loads
 from gpumix.tui import format as fmt
 
 SeriesFn = Callable[[int, str], list[float | None]]
@@ -123,10 +124,23 @@ def process_summary(processes: list[dict[str, Any]]) -> str:
     return " · ".join(parts) + more
 
 
+def supplies_line(snapshot: dict[str, Any], width: int = 78) -> str | None:
+    """Each supply's and wall circuit's load now against its limit, most loaded first ("!": the
+    caps add up above its usable limit); None when the machine declares no supplies."""
+    layout = layout_from_json(snapshot.get("power_layout"), len(snapshot["gpus"]))
+    if layout is None:
+        return None
+    rows = sorted(loads(layout, snapshot["gpus"]), key=lambda r: -r["draw_w"] / r["limit_w"])
+    parts = [f"{fmt.plain(r['name'])} {fmt.watts(r['draw_w'])}/{fmt.watts(r['limit_w'])}W"
+             + ("!" if r["caps_w"] > r["usable_w"] else "") for r in rows]
+    return _fit("PSU " + " · ".join(parts), width)
+
+
 def host_text(snapshot: dict[str, Any], width: int = 78) -> str:
     host = snapshot["host"]
+    supplies = supplies_line(snapshot, width)
     if host is None:
-        return "host: N/A\n" + power_line(snapshot)
+        return "host: N/A\n" + power_line(snapshot) + (f"\n{supplies}" if supplies else "")
     cores = host["cpu_per_core_pct"]
     bars = fmt.spark(cores, min(len(cores), max(8, width - 40)), top=100)
     load = " ".join(fmt.fixed(value, 1) for value in host["load_avg"])
@@ -136,4 +150,5 @@ def host_text(snapshot: dict[str, Any], width: int = 78) -> str:
         f"RAM {fmt.mem_used_total(used, total)} "
         f"{fmt.bar(used / total if used is not None and total else None, 10)}  "
         f"swap {fmt.mem_used_total(host['swap_used_bytes'], host['swap_total_bytes'])}  {power_line(snapshot)}"
+        + (f"\n{supplies}" if supplies else "")
     )

@@ -16,7 +16,23 @@ from gpumix.tui.panels import run_line
 
 COLUMNS = (("rank", "Rank"), ("gpu", "GPU"), ("step", "Step"), ("step_time", "Step s"), ("compute", "Compute s"),
            ("samples", "Samples/s"), ("comm", "Comm%"), ("wait", "Wait%"), ("peak", "Peak mem"),
-           ("cpu", "CPU%"), ("loss", "Loss"), ("trend", "Loss trend"))
+           ("cpu", "CPU%"), ("loss", "Loss"), ("trend", "Loss trend"),
+           ("amp", "AMP"), ("scale", "Loss scale"), ("skipped", "Skipped"))
+AMP_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
+             "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+
+
+def amp_cells(rank: dict[str, Any]) -> tuple[str, str, str]:
+    """Autocast's dtype ("fp32": off), the GradScaler's scale and its skipped steps (share of the
+    steps kept), N/A where the agent reports none (watch_amp not called)."""
+    autocast, dtype = rank.get("amp_autocast"), rank.get("amp_dtype")
+    named = AMP_SHORT.get(dtype, "on") if isinstance(dtype, str) else "on"
+    amp = fmt.NA if autocast is None else "fp32" if autocast == 0 else named
+    skipped = fmt.fixed(rank.get("amp_skipped_steps"))
+    if skipped != fmt.NA and fmt.number(rank.get("amp_skipped_share")) is not None:
+        skipped += f" ({fmt.share(rank['amp_skipped_share'])})"
+    scale = fmt.number(rank.get("loss_scale"))
+    return amp, fmt.NA if scale is None else f"{scale:.6g}", skipped
 
 
 def rank_row(rank: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> tuple[Text, ...]:
@@ -29,7 +45,7 @@ def rank_row(rank: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> tuple[Tex
         where, fmt.plain(rank["step"]), fmt.fixed(rank["step_time_s"], 3), fmt.fixed(rank["compute_s"], 3),
         fmt.fixed(rank["samples_per_s"]), fmt.share(rank["comm_share"]), fmt.share(rank["data_wait_share"]),
         peak if peak == fmt.NA else peak + "G", fmt.pct(rank["cpu_pct"]), fmt.fixed(rank["loss"], 4),
-        fmt.spark(rank["loss_history"], 16, relative=True),
+        fmt.spark(rank["loss_history"], 16, relative=True), *amp_cells(rank),
     )
     return (Text(label, style="bold" if rank["straggler"] else ""), *(Text(cell) for cell in cells))
 
