@@ -16,7 +16,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "wire": set(),  # frames, auth, paths, plan files, job names: standard library only
     "model": set(),  # the step model's curves and priors: standard library only
     "hw": set(),  # NVML reads and the hardware's types
-    "plan": {"model"},
+    "plan": {"model", "wire"},  # wire: the snapshot contract it reads (standard library only)
     "power": {"hw", "model", "wire"},
     "advice": {"power"},
     "hub": {"advice", "hw", "power", "wire"},
