@@ -21,38 +21,48 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import resource
 import socket
 import ssl
-import stat
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpumix.hub.connections import (  # noqa: F401  (re-exported: tests and callers import them from here)
+    ACCEPT_RETRY_S,
+    AGENT_IDLE_TIMEOUT_S,
+    CLIENT_IDLE_TIMEOUT_S,
+    HELLO_TIMEOUT_S,
+    LINGER_S,
+    LOCAL_FD_RESERVE,
+    LOG_INTERVAL_S,
+    LOG_LINES_PER_INTERVAL,
+    MAX_ERROR_TEXT,
+    MAX_UNAUTHENTICATED_TCP,
+    Peer,
+    RateLimitedLog,
+    Silent,
+    TcpListener,
+    check_reachable,
+    one_line,
+    open_tcp_listener,
+    raise_fd_limit,
+    read_message,
+    read_within,
+    tcp_connection_limit,
+    tell,
+    welcome,
+)
 from gpumix.hub.core import Hub, RankKey
-from gpumix.hub.history import HISTORY_FIELDS
 from gpumix.hub.ranks import parse_hello, parse_step, parse_transport
+from gpumix.hub.requests import answer
 from gpumix.wire import auth, protocol
 from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 
-HELLO_TIMEOUT_S = 2.0  # connect, (TLS handshake,) hello: a real client does it in milliseconds
-AGENT_IDLE_TIMEOUT_S = 30 * 60.0  # a rank may be silent for an eval or a checkpoint; it reconnects after
-CLIENT_IDLE_TIMEOUT_S = 5 * 60.0  # clients poll every second or two (the TUI, a supervisor)
-MAX_UNAUTHENTICATED_TCP = 64  # TCP connections that have not yet shown the token
-LOCAL_FD_RESERVE = 128  # descriptors TCP may never take: local clients, files, NVML
-ACCEPT_RETRY_S = 0.1  # out of descriptors: wait this long before accepting TCP again
-LOG_LINES_PER_INTERVAL = 5
-LOG_INTERVAL_S = 10.0
-MAX_ERROR_TEXT = 200  # characters of a reason sent back to a peer
-LINGER_S = 0.5  # after a refusal, how long the peer's unread frames are drained so the refusal arrives
 
 
 class HubAlreadyRunning(RuntimeError):
@@ -69,153 +79,6 @@ def hub_answers(path: str, timeout_s: float = 0.5) -> bool:
         return False
     finally:
         probe.close()
-
-
-async def read_message(reader: asyncio.StreamReader, allowed: set[str]) -> dict[str, Any]:
-    header = await reader.readexactly(protocol.HEADER.size)
-    length = protocol.frame_length(header, protocol.MAX_AGENT_FRAME_BYTES)
-    return protocol.decode(await reader.readexactly(length), allowed)
-
-
-class Silent(ProtocolError):
-    """A connection sent nothing within its deadline or idle timeout."""
-
-
-async def read_within(reader: asyncio.StreamReader, allowed: set[str], timeout_s: float, why: str) -> dict[str, Any]:
-    """The next message, or Silent(why) after timeout_s."""
-    try:
-        if hasattr(asyncio, "timeout"):  # 3.11: no task per message (wait_for makes one)
-            async with asyncio.timeout(timeout_s):
-                return await read_message(reader, allowed)
-        return await asyncio.wait_for(read_message(reader, allowed), timeout_s)
-    except asyncio.TimeoutError:
-        raise Silent(why) from None
-
-
-def raise_fd_limit() -> int:
-    """Raise the soft descriptor limit to the hard one (a hub holds a socket per rank and client);
-    returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def tcp_connection_limit(fd_limit: int) -> int:
-    """TCP connections allowed at once: the descriptor limit less a reserve for everything local."""
-    return max(MAX_UNAUTHENTICATED_TCP // 4, fd_limit - max(LOCAL_FD_RESERVE, fd_limit // 4))
-
-
-class RateLimitedLog:
-    """At most `lines` warnings per `interval_s`; the rest are counted and summed up in one line
-    at the next warning after the interval (or at stop). A peer's garbage never floods the log."""
-
-    def __init__(self, logger: logging.Logger, lines: int = LOG_LINES_PER_INTERVAL,
-                 interval_s: float = LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
-        self._logger, self._lines, self._interval_s, self._clock = logger, lines, interval_s, clock
-        self._window_start = clock()
-        self._shown = 0
-        self.shown_total = 0
-        self.suppressed = 0  # since the last summary
-        self.suppressed_total = 0
-        self._last_suppressed = ""
-
-    def warning(self, text: str) -> None:
-        if self._clock() - self._window_start >= self._interval_s:
-            self.flush()
-            self._window_start, self._shown = self._clock(), 0
-        if self._shown < self._lines:
-            self._shown += 1
-            self.shown_total += 1
-            self._logger.warning("%s", text)
-        else:
-            self.suppressed += 1
-            self.suppressed_total += 1
-            self._last_suppressed = text
-
-    def flush(self) -> None:
-        if self.suppressed:
-            self._logger.warning("hub: %d more like these suppressed (last: %s)", self.suppressed,
-                                 self._last_suppressed)
-            self.suppressed = 0
-
-
-def one_line(error: BaseException) -> str:
-    """An unexpected error as one line: its type, message and innermost frame (no traceback)."""
-    frame = error.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
-    where = f" at {Path(frame.tb_frame.f_code.co_filename).name}:{frame.tb_lineno}" if frame is not None else ""
-    return f"internal error {type(error).__name__}: {str(error)[:MAX_ERROR_TEXT]}{where}"
-
-
-@dataclass
-class Peer:
-    """Who is at the other end of one connection, as the kernel or the token says (never as it claims)."""
-
-    over_tcp: bool
-    tcp_label: str | None = None  # token@HOST:PORT
-    uid: int | None = None  # SO_PEERCRED, Unix only
-    gid: int | None = None
-    waiting_for_hello: bool = True  # counted against MAX_UNAUTHENTICATED_TCP while True
-    hello_by: float | None = None  # loop time by which the hello must have come (TCP: from the accept)
-
-    def label(self) -> str:
-        return self.tcp_label if self.over_tcp and self.tcp_label else auth.uid_label(self.uid)
-
-
-@dataclass
-class TcpListener:
-    """The TCP listening socket and the task accepting on it."""
-
-    sockets: list[socket.socket]
-    task: asyncio.Task[None] | None = None
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-        for sock in self.sockets:
-            sock.close()
-
-
-def open_tcp_listener(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def check_reachable(socket_path: str, access: auth.UnixAccess) -> None:
-    """The socket's folder must let the allowed peers through, or they could never connect: the
-    folder is created if missing (0750 with the allowed group, else 0755); an existing folder that
-    shuts them out is refused with the reason."""
-    folder = Path(socket_path).parent
-    gid = access.socket_gid
-    if not folder.exists():
-        folder.mkdir(mode=0o755, parents=True)
-        if gid is not None and access.socket_mode == 0o660:
-            os.chown(folder, -1, gid)
-            os.chmod(folder, 0o750)
-        else:
-            os.chmod(folder, 0o755)
-    for part in [folder, *folder.parents]:
-        info = part.stat()
-        if info.st_mode & stat.S_IXOTH:
-            continue
-        if access.socket_mode == 0o660 and info.st_mode & stat.S_IXGRP and info.st_gid == gid:
-            continue
-        raise PermissionError(f"{part} (mode {stat.S_IMODE(info.st_mode):o}) keeps the allowed users out:"
-                              " put the socket where they can reach it, e.g. --socket /run/gpumix/hub.sock")
 
 
 class HubServer:
@@ -430,21 +293,21 @@ class HubServer:
                 self._trusted(peer)
                 await self._serve_agent(reader, key)
             else:
-                verifier = await self._welcome(hello, writer, peer.over_tcp)
+                verifier = await welcome(hello, writer, peer.over_tcp, self._token)
                 self._trusted(peer)
                 await self._serve_client(reader, writer, verifier, readonly=hello.get("readonly") is True,
                                          peer=peer)
         except ProtocolError as error:
             self._closed(f"{peer.tcp_label}: {error}" if peer.over_tcp else str(error))
             if peer.waiting_for_hello or not isinstance(error, Silent):  # an idle client just reconnects
-                await self._tell(reader, writer, str(error))
+                await tell(reader, writer, str(error))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the peer went away: normal
         except asyncio.CancelledError:
             pass  # the server is shutting down: end this connection quietly
         except Exception as error:  # a bug here must cost one connection, not the hub, and no traceback flood
             self._closed(f"{peer.tcp_label}: {one_line(error)}" if peer.over_tcp else one_line(error))
-            await self._tell(reader, writer, "internal error")
+            await tell(reader, writer, "internal error")
         finally:
             if key is not None:
                 self.hub.agent_gone(key, pid)
@@ -456,24 +319,6 @@ class HubServer:
         # the group lookup may ask a directory service: off the loop
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: auth.peer_refusal(peer.uid, gid=peer.gid, access=self.access))
-
-    @staticmethod
-    async def _tell(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reason: str) -> None:
-        """One `error` frame before closing, so a client can say what went wrong (best effort). Closing
-        with the peer's frames unread would reset the connection and lose the frame: the hub ends its
-        side, then reads and drops what the peer still sends, for LINGER_S at most."""
-        with contextlib.suppress(Exception):
-            if writer.is_closing():
-                return
-            writer.write(protocol.encode({"type": "error", "message": reason[:MAX_ERROR_TEXT]}))
-            if writer.can_write_eof():
-                writer.write_eof()
-
-            async def drop_until_eof() -> None:
-                while await reader.read(1 << 16):
-                    pass
-
-            await asyncio.wait_for(drop_until_eof(), LINGER_S)
 
     async def _serve_agent(self, reader: asyncio.StreamReader, key: RankKey) -> None:
         idle = f"silent for {self.agent_idle_timeout_s:g} s (the agent reconnects at its next step)"
@@ -488,19 +333,6 @@ class HubServer:
                 return
             else:
                 raise ProtocolError(f"unexpected {kind!r} from an agent")
-
-    async def _welcome(self, hello: dict[str, Any], writer: asyncio.StreamWriter,
-                       over_tcp: bool) -> auth.ControlVerifier | None:
-        """A client that sent a nonce gets the hub's in a `welcome`; over TCP the nonce is required."""
-        nonce = hello.get("nonce")
-        if nonce is None and not over_tcp:
-            return None  # a plain local client: no welcome, as before
-        if not isinstance(nonce, str) or not 16 <= len(nonce) <= 128:
-            raise ProtocolError("a TCP client's hello needs a nonce of 16 to 128 characters")
-        server_nonce = auth.new_nonce()
-        writer.write(protocol.encode({"type": "welcome", "nonce": server_nonce}))
-        await writer.drain()
-        return auth.ControlVerifier(self._token, nonce, server_nonce) if over_tcp and self._token else None
 
     def _refuse(self, request: dict[str, Any], reason: str) -> dict[str, Any]:
         self.log_limiter.warning(f"hub: refused a {request.get('type')} control: {reason}")
@@ -527,28 +359,7 @@ class HubServer:
                     refusal = verifier.refusal(request)
             if refusal is not None:
                 reply = self._refuse(request, refusal)
-            elif request["type"] == "snapshot":
-                reply = {"type": "snapshot", "snapshot": self.hub.snapshot()}
-            elif request["type"] == "series":
-                index, name = protocol.integer(request, "index", True), protocol.text(request, "name", 64)
-                if name not in HISTORY_FIELDS:
-                    raise ProtocolError(f"no history named {name!r}")
-                reply = {"type": "series", "values": self.hub.series(index, name or "")}
-            elif request["type"] == "replan":
-                job, plan = protocol.text(request, "job", 128), request.get("plan")
-                if job is None or not isinstance(plan, dict):
-                    raise ProtocolError("a replan names a job and a plan")
-                reply = self.hub.request_restart(job, plan)
-            elif request["type"] == "supervisor":
-                job, status = protocol.text(request, "job", 128), request.get("status") or {}
-                if job is None or not isinstance(status, dict) or len(json.dumps(status)) > 4096:
-                    raise ProtocolError("a supervisor names its job and a small status")
-                reply = self.hub.supervisor_poll(job, status)
-            elif request["type"] == "power":
-                # NVML's setter takes milliseconds; off the loop all the same, so agents keep flowing.
-                # The audit names the peer the kernel (uid) or the token vouches for, never a claimed user.
-                reply = await asyncio.get_running_loop().run_in_executor(None, self._control, request, peer)
             else:
-                raise ProtocolError("hello sent twice")
+                reply = await answer(self.hub, request, self._control, peer)
             writer.write(protocol.encode(reply))
             await writer.drain()

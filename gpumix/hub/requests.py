@@ -1,0 +1,46 @@
+"""What the hub answers a client it trusts: snapshots, history series, re-plans, supervisor polls and
+power controls. Who may ask (read-only connections, signed controls) is the server's to check first.
+
+What it may import: the hub's core and history, gpumix.wire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gpumix.hub.core import Hub
+from gpumix.hub.history import HISTORY_FIELDS
+from gpumix.wire import protocol
+from gpumix.wire.protocol import ProtocolError
+
+
+async def answer(hub: Hub, request: dict[str, Any], control: Callable[[dict[str, Any], Any], dict[str, Any]],
+                 peer: Any) -> dict[str, Any]:
+    """The reply to one request; ProtocolError for a request that makes no sense (it closes the connection).
+    `control(request, peer)` runs a power control (off the loop: NVML and the user database may be slow)."""
+    if request["type"] == "snapshot":
+        reply = {"type": "snapshot", "snapshot": hub.snapshot()}
+    elif request["type"] == "series":
+        index, name = protocol.integer(request, "index", True), protocol.text(request, "name", 64)
+        if name not in HISTORY_FIELDS:
+            raise ProtocolError(f"no history named {name!r}")
+        reply = {"type": "series", "values": hub.series(index, name or "")}
+    elif request["type"] == "replan":
+        job, plan = protocol.text(request, "job", 128), request.get("plan")
+        if job is None or not isinstance(plan, dict):
+            raise ProtocolError("a replan names a job and a plan")
+        reply = hub.request_restart(job, plan)
+    elif request["type"] == "supervisor":
+        job, status = protocol.text(request, "job", 128), request.get("status") or {}
+        if job is None or not isinstance(status, dict) or len(json.dumps(status)) > 4096:
+            raise ProtocolError("a supervisor names its job and a small status")
+        reply = hub.supervisor_poll(job, status)
+    elif request["type"] == "power":
+        # NVML's setter takes milliseconds; off the loop all the same, so agents keep flowing.
+        # The audit names the peer the kernel (uid) or the token vouches for, never a claimed user.
+        reply = await asyncio.get_running_loop().run_in_executor(None, control, request, peer)
+    else:
+        raise ProtocolError("hello sent twice")
+    return reply
