@@ -48,7 +48,7 @@ def run_line(snapshot: dict[str, Any]) -> str:
     others = len(snapshot.get("runs") or {}) - 1
     job = f"{fmt.plain(run.get('job') or 'unnamed')}: " if others > 0 else ""
     line = (f" {job}{fmt.plain(run['ranks'])} ranks · step {fmt.fixed(run['step_time_s'], 3)}s"
-            f" · {fmt.fixed(run['samples_per_s'])} samples/s{efficiency_field(run)}{who}"
+            f" · {fmt.fixed(run['samples_per_s'])} samples/s{who}{efficiency_field(run)}"
             + (f" · +{others} other jobs" if others > 0 else ""))
     busy = [f"{fmt.plain(job)}: {fmt.plain(status.get('message'))}" for job, status in snapshot.get("jobs", {}).items()
             if status.get("state") in ("stopping", "relaunching") or "aborted" in fmt.plain(status.get("message"))]
@@ -56,7 +56,8 @@ def run_line(snapshot: dict[str, Any]) -> str:
 
 
 def efficiency_field(run: dict[str, Any]) -> str:
-    """' · 71 % of Σ GPUs (equal 45 %, fast tier 52 %)': achieved against the GPUs' isolated sum."""
+    """' · 71 % of Σ GPUs (equal 45 %, fast tier 52 %)': achieved against the GPUs' isolated sum
+    (after the straggler: on a narrow terminal this is what gets cut)."""
     eff = run.get("efficiency")
     share = fmt.number(eff.get("share")) if isinstance(eff, dict) else None
     if share is None:
