@@ -387,3 +387,45 @@ async def test_the_tui_shows_field_findings_precision_and_supplies(monkeypatch: 
         rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
         assert rows[0][-3:] == ["fp32", "N/A", "N/A"]
         assert rows[1][-3:] == ["fp16", f"{65536.0 / 2 ** 14:.6g}", "15 (52%)"]
+
+
+# -- the demo world shows each finding when asked ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["data-parallel", "uneven-memory", "launch-bound", "mixed-precision", "cpu-forwarding"])
+def test_each_demo_scenario_shows_its_finding(name: str) -> None:
+    from gpumix.demo.scenarios import start_scenario
+
+    hub = quiet_hub()
+    scenario = start_scenario(hub, name)
+    for _ in range(3):
+        snapshot = tick(hub)
+        assert scenario.finding in {f["id"] for f in snapshot["findings"]}, [f["id"] for f in snapshot["findings"]]
+
+
+def test_the_cpu_forwarding_scenario_names_the_x1_riser_whatever_the_host_load() -> None:
+    from gpumix.demo.scenarios import start_scenario
+
+    hub = quiet_hub()
+    start_scenario(hub, "cpu-forwarding")
+    snapshot = tick(hub)
+    for cpu_pct in (0.0, 100.0):  # the host's CPU load plays no part
+        loaded = {**snapshot, "host": {**snapshot["host"], "cpu_pct": cpu_pct}}
+        finding = only(loaded, "cpu-forwarding")
+        assert finding.gpus == [2] and "paced by the link of GPU 2 (RTX 3060 12G, gen4 x1)" in finding.evidence
+        assert "link shares while communicating: GPU 2 100 %" in finding.evidence
+
+
+def test_the_cpu_forwarding_scenario_on_the_healthy_rig_is_quiet() -> None:
+    from gpumix.demo.scenarios import start_scenario
+
+    hub = quiet_hub(str(RIGS / "healthy.toml"))  # P2P works: the all-reduce does not cross host memory
+    start_scenario(hub, "cpu-forwarding")
+    assert "cpu-forwarding" not in {f["id"] for f in tick(hub)["findings"]}
+
+
+def test_an_unknown_scenario_is_one_line() -> None:
+    from gpumix.demo.scenarios import ScenarioError, start_scenario
+
+    with pytest.raises(ScenarioError, match="unknown scenario 'nope' \\(known: cpu-forwarding, data-parallel"):
+        start_scenario(quiet_hub(), "nope")
