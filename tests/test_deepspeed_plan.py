@@ -84,3 +84,22 @@ def test_unequal_split_gives_the_full_batch_update(mode: str, tmp_path: Path) ->
     tolerance = 1e-12 if mode == "ddp" else 1e-6
     assert data["max_abs_diff_weighted"] < tolerance
     assert data["max_abs_diff_unweighted"] > 1e-3
+
+
+def test_a_deepspeed_plan_keeps_its_configs_and_one_k() -> None:
+    from gpumix.wire.plan_file import RunPlan
+
+    split = deepspeed_split(planner_json([28, 62, 102], [1, 1, 2]))
+    data = {"plan_id": "ds", **split, "deepspeed_configs": ["/c/r0.json", "/c/r1.json", "/c/r2.json"]}
+    plan = RunPlan.from_json(data)
+    assert RunPlan.from_json(plan.to_json()) == plan  # as the hub and the plan file pass it on
+    assert plan.deepspeed_config(2) == "/c/r2.json" and RunPlan.from_json(split).deepspeed_config(0) is None
+    per_rank_k = {**data, "ranks": planner_json([28, 62, 102], [1, 1, 2])["ranks"]}
+    for rank in per_rank_k["ranks"]:
+        rank["loss_weight"] = 1.0
+    with pytest.raises(ValueError, match="same accumulation steps"):  # ZeRO-2 aborts, ZeRO-3 hangs
+        RunPlan.from_json(per_rank_k)
+    for configs in (["/c/r0.json"], ["/c/r0.json", "", "/c/r2.json"], ["/c/r0.json", 7, "/c/r2.json"],
+                    ["/c/" + "x" * 5000, "/c/r1.json", "/c/r2.json"], "/c/r0.json"):
+        with pytest.raises(ValueError, match="one config file per rank"):
+            RunPlan.from_json({**data, "deepspeed_configs": configs})
