@@ -429,3 +429,23 @@ def test_an_unknown_scenario_is_one_line() -> None:
 
     with pytest.raises(ScenarioError, match="unknown scenario 'nope' \\(known: cpu-forwarding, data-parallel"):
         start_scenario(quiet_hub(), "nope")
+
+
+def test_a_scenario_finding_is_recorded_as_an_event(tmp_path: Path) -> None:
+    import sqlite3
+
+    from gpumix.demo.scenarios import start_scenario
+    from gpumix.record.recorder import Recorder
+
+    hub = quiet_hub()
+    path = tmp_path / "rec.sqlite"
+    recorder = Recorder(path).attach(hub)
+    tick(hub)
+    start_scenario(hub, "launch-bound")
+    tick(hub)
+    assert recorder.flush()
+    events = sqlite3.connect(path).execute("SELECT kind, payload FROM events ORDER BY t, rowid").fetchall()
+    appeared = [json.loads(p) for k, p in events if k == "finding_appeared"]
+    (launch,) = [e for e in appeared if e["id"] == "launch-bound"]
+    assert launch["gpus"] == [7] and "steps of 12.0 ms" in launch["evidence"]
+    recorder.close()
