@@ -28,11 +28,12 @@ PACE_PERIOD_S = 1.0
 ORPHAN_AFTER_POLLS = 5  # seconds without a hub before the demo ends itself
 
 
-def pace(world: World, samples: list[int], caps_w: dict[str, float]) -> list[float]:
+def pace(world: World, samples: list[int], caps_w: dict[str, float],
+         micro_batches: list[int | None] | None = None) -> list[float]:
     """The world's mean compute seconds per GPU of the rig (samples per GPU, 0 where no rank runs),
     then the all-reduce seconds the step waits for (the shared array's layout). Each rank adds its
     own seeded noise and loader stalls (world.step)."""
-    timing = world.mean_step(samples, [caps_w.get(gpu.uuid) for gpu in world.rig.gpus])
+    timing = world.mean_step(samples, [caps_w.get(gpu.uuid) for gpu in world.rig.gpus], micro_batches)
     return [*timing.compute_s, timing.comm_wait_s]
 
 
@@ -49,13 +50,14 @@ def main() -> None:
     uuids = [gpu.uuid for gpu in rig.gpus]
     gpu_of_rank = [uuids.index(uuid) for uuid in plan.gpus] if plan.gpus else list(range(world))
     samples = [0] * len(rig.gpus)
+    micro: list[int | None] = [None] * len(rig.gpus)  # accumulation: k passes of m samples
     for rank, index in enumerate(gpu_of_rank):
-        samples[index] = plan.share(rank).samples
+        samples[index], micro[index] = plan.share(rank).samples, plan.share(rank).micro_batch
 
     from gpumix.demo.rank import run_rank
 
     context = multiprocessing.get_context("spawn")
-    shared_pace = context.Array("d", pace(physics, samples, {}), lock=False)
+    shared_pace = context.Array("d", pace(physics, samples, {}, micro), lock=False)
     barrier = context.Barrier(world)
     stop = context.Event()
     ranks = [
@@ -76,7 +78,7 @@ def main() -> None:
             snapshot = client.snapshot()
             if snapshot is not None:  # power caps set in the TUI change the pace
                 caps = {gpu["uuid"]: gpu["power_cap_w"] for gpu in snapshot["gpus"] if gpu["power_cap_w"]}
-                shared_pace[:] = pace(physics, samples, caps)
+                shared_pace[:] = pace(physics, samples, caps, micro)
             missed = 0 if snapshot is not None else missed + 1
             if os.getppid() != parent or missed >= ORPHAN_AFTER_POLLS:
                 break  # the supervisor or the hub is gone: a demo must not outlive them
