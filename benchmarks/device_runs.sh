@@ -8,6 +8,11 @@
 #   c: PCIe check, agent costs, re-planning with NVLink, then with NCCL_P2P_DISABLE=1 (SHM).
 #   sweep: every split of one batch measured, GPU 1 free then slowed (benchmarks/split_sweep.py).
 #   auto: the slowed job left to `gpumix run --auto-replan`, then fixed splits for comparison.
+#   i17a (issue 17): `gpumix probe` on both GPUs (pairs, the all-reduce floor with and without
+#      NCCL_P2P_DISABLE=1), the CPU-forwarding finding on real ranks (doctor attached to a hub, a DDP
+#      job over SHM then over NVLink), full split sweeps at granularity 64 over NVLink and over SHM.
+#   i17b (issue 17): re-planning the slowed GPU over NVLink and over SHM, splits tried: $TRY_NVLINK,
+#      $TRY_SHM (the sweeps' best), then the auto re-plan if AUTO=1.
 # Wheels for what the machine lacks go in .whl/ (see docs/benchmarks.md).
 set -u
 cd "$(dirname "$0")/.."
@@ -64,6 +69,30 @@ elif [ "$PART" = auto ]; then
 elif [ "$PART" = sweep ]; then
   LIMIT=150 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py --out "$OUT/sweep_8192.json"
   LIMIT=150 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py --hidden 4096 --global-batch 8192 --out "$OUT/sweep_4096.json"
+elif [ "$PART" = i17a ]; then
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} XDG_STATE_HOME=/tmp/state
+  { python3 -m gpumix.cli.main probe --gpus 0,1 --json > "$OUT/probe_2xh200_default.json"; echo "=== probe exit $?"; } >>"$LOG" 2>&1
+  { python3 -m gpumix.cli.main probe --gpus 0,1 --json --max-memory-mib 2048 --allreduce-mib 512 --time-limit 60 \
+      > "$OUT/probe_2xh200_512mib.json"; echo "=== probe exit $?"; } >>"$LOG" 2>&1
+  python3 -m gpumix.cli.main hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
+  HUB=$!; sleep 3
+  NCCL_P2P_DISABLE=1 LIMIT=150 step python3 benchmarks/cpu_forwarding_run.py --hub /tmp/gpumix-hub.sock --label shm \
+      --out "$OUT/forwarding_2xh200_shm.json" -- --width 8192 --batch 256 --nccl-probe
+  LIMIT=150 step python3 benchmarks/cpu_forwarding_run.py --hub /tmp/gpumix-hub.sock --label nvlink \
+      --out "$OUT/forwarding_2xh200_nvlink.json" -- --width 8192 --batch 256 --nccl-probe
+  kill $HUB
+  SHARES=0.0625,0.125,0.1875,0.25,0.3125,0.375,0.4375,0.5,0.5625,0.625,0.6875,0.75,0.8125,0.875,0.9375
+  LIMIT=150 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py \
+      --shares $SHARES --out "$OUT/sweep_2xh200_nvlink.json"
+  NCCL_P2P_DISABLE=1 LIMIT=200 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py \
+      --shares $SHARES --out "$OUT/sweep_2xh200_shm.json"
+elif [ "$PART" = i17b ]; then
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  LIMIT=270 step python3 benchmarks/bench_replan_gpu.py --window 6 --try "${TRY_NVLINK:-768}" --out "$OUT/replan_2xh200_nvlink.json"
+  NCCL_P2P_DISABLE=1 LIMIT=240 step python3 benchmarks/bench_replan_gpu.py --window 6 --try "${TRY_SHM:-832}" --out "$OUT/replan_2xh200_shm.json"
+  if [ "${AUTO:-0}" = 1 ]; then
+    LIMIT=200 step python3 benchmarks/bench_replan_gpu.py --auto --window 6 --try "${TRY_NVLINK:-768}" --out "$OUT/replan_2xh200_auto.json"
+  fi
 else
   step python3 benchmarks/nvml_probe.py --out "$OUT/probe_b.json" --load h2d,d2h --load-seconds 6
   gpumix hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
