@@ -36,7 +36,7 @@ RECORD_NUMBERS = ("samples", "tokens", "loss", "lr", "forward_s", "backward_s", 
                   "loss_scale")
 # A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
 # to this many steps, then goes without them: its record is never read with a synchronisation.
-# Within the DeepSpeed probe's 8 kept steps; the pinned ring holds (MAX + 2) * 8 values.
+# Within the DeepSpeed probe's 8 kept steps; (MAX + 2) * 9 fields = 72 pinned buffers in use, of 128.
 MAX_DEFERRED_STEPS = 6
 
 # (step index) -> seconds of communication in that step, or None if not known (yet)
