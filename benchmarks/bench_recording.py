@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 from gpumix.cli.hardware import simulated_hardware  # noqa: E402
 from gpumix.hub import Hub  # noqa: E402
 from gpumix.record.prometheus import MetricsServer  # noqa: E402
-from gpumix.record.recorder import Recorder, file_bytes  # noqa: E402
+from gpumix.record.recorder import Recorder  # noqa: E402
+from gpumix.record.schema import file_bytes  # noqa: E402
 from gpumix.sim.rig import load_builtin_rig  # noqa: E402
 from tests.conftest import FixedHostSampler, ManualClock  # noqa: E402
 from tests.recording_helpers import add_ranks, step_ranks  # noqa: E402

@@ -16,15 +16,9 @@ from pathlib import Path
 import pytest
 
 from gpumix.hub import Hub
-from gpumix.record.recorder import (
-    GPU_FIELDS,
-    Recorder,
-    RecordingError,
-    open_for_writing,
-    parse_size,
-    retention_bands,
-    thin,
-)
+from gpumix.record.recorder import Recorder, RecordingError, parse_size
+from gpumix.record.schema import GPU_FIELDS, open_for_writing
+from gpumix.record.thinning import retention_bands, thin
 from tests.conftest import ManualClock, ticked_hub
 from tests.recording_helpers import add_ranks, step_ranks
 from tests.waiting import wait_until

@@ -14,7 +14,8 @@ import pytest
 
 from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
-from gpumix.record.recorder import KEEP_WHOLE_S, Recorder, RecordingError, parse_size
+from gpumix.record.recorder import Recorder, RecordingError, parse_size
+from gpumix.record.thinning import KEEP_WHOLE_S
 from gpumix.sim.rig import load_builtin_rig
 from tests.conftest import FixedHostSampler, ManualClock
 from tests.recording_helpers import add_ranks, step_ranks

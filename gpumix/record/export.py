@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumix.record.recorder import GPU_FIELDS, RANK_FIELDS, RecordingError, connect
+from gpumix.record.schema import GPU_FIELDS, RANK_FIELDS, RecordingError, connect
 
 QUERIES = {
     "gpu_samples": (

@@ -29,15 +29,16 @@ the WAL and its index the database file's mode.
 The hub's sampling thread only appends the snapshot to a bounded queue; a writer
 thread serialises, compresses and writes. A full queue drops the oldest entry and
 counts it (`Recorder.drops`).
+
+This module is the writer (queue, thread, rows, events); the file's schema and sizes are in
+`gpumix.record.schema`, thinning to the budget in `gpumix.record.thinning`.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
-import os
 import sqlite3
 import threading
 import time
@@ -47,77 +48,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumix.record.schema import (  # RecordingError: raised to callers, who import it from here too
+    GPU_FIELDS,
+    RANK_FIELDS,
+    RecordingError,
+    file_bytes,
+    open_for_writing,
+    shm_reserve_bytes,
+    used_bytes,
+    wal_reserve_bytes,
+)
+from gpumix.record.thinning import COMPACT_AT, KEEP_WHOLE_S, Thinning
 from gpumix.wire.snapshot_types import Snapshot
 
 log = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
 DEFAULT_MAX_BYTES = 512 * 1024**2
 MIN_MAX_BYTES = 256 * 1024  # below this the WAL reserve, the index and the schema leave no room for data
 MAX_MAX_BYTES = 2**50  # a petabyte: any larger figure is a typo
 COMMIT_INTERVAL_S = 0.5
 QUEUE_SIZE = 256
 ZLIB_LEVEL = 6
-
-# The numeric fields of a snapshot's GPU row that change from tick to tick (static facts
-# such as the name or the power-limit range live in the snapshots and the `gpus` table).
-GPU_FIELDS = (
-    "util_gpu_pct", "util_mem_pct", "mem_used_bytes", "mem_total_bytes", "power_w", "power_cap_w",
-    "power_cap_enforced_w", "temperature_c", "fan_pct", "clock_sm_mhz", "clock_mem_mhz",
-    "pcie_link_gen_current", "pcie_link_width_current", "pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s",
-    "pcie_replay_count", "energy_j", "pcie_link_bytes_per_s_current", "pcie_rx_link_share",
-    "pcie_tx_link_share", "lost",
-)
-RANK_FIELDS = (
-    "step", "step_time_s", "samples_per_s", "comm_share", "data_wait_share", "loss", "mem_peak_bytes",
-    "straggler",
-)
-
-# Thinning (compact): the newest KEEP_WHOLE_S at full resolution; data older than that in bands
-# that double in length, each at a resolution double the one before (base, 2 base, 4 base, ...):
-# each band holds about as many rows as the one before, so a week costs little more than a day.
-# While the data does not fit, the base grows ×4 up to the whole window, then the window halves.
-KEEP_WHOLE_S = 300.0
-FIRST_BASE_S = 1.0
-MIN_WHOLE_S = 0.01
-MAX_GROWTH = 2.0**21  # bands this much longer than the one before: one band of history, about
-COMPACT_AT = 0.9  # of the data budget: thin when the rows in use pass this
-COMPACT_TO = 0.7  # ... down to this
-EVENTS_SHARE = 0.25  # of the data budget: events past it lose their oldest
-WAL_SHARE = 0.15  # of max_bytes: the WAL's reserve (checkpointed at half, cut back to it)
-MAX_WAL_BYTES = 64 * 1024**2
-SHM_BLOCK_BYTES = 32 * 1024  # the WAL index grows in blocks of this per 4096 WAL frames
-SMALL_PAGE_BELOW = 64 * 1024**2  # budgets under this use 1 KiB pages: less per index and WAL frame
 MAX_BLOB_SHARE = 1 / 16  # of the budget (and at most a quarter of the WAL reserve): a larger snapshot or event is not stored whole
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS gpus (
-    uuid TEXT PRIMARY KEY, gpu INTEGER, name TEXT, model TEXT, tier TEXT, pci_bus_id TEXT,
-    mem_total_bytes INTEGER, power_limit_min_w REAL, power_limit_max_w REAL, power_limit_default_w REAL,
-    pcie_gen_max INTEGER, pcie_width_max INTEGER, hostname TEXT);
-CREATE TABLE IF NOT EXISTS gpu_samples (
-    t REAL NOT NULL, gpu INTEGER NOT NULL, res REAL NOT NULL DEFAULT 1,
-    {", ".join(f"{name} REAL" for name in GPU_FIELDS)});
-CREATE INDEX IF NOT EXISTS gpu_samples_gpu_t ON gpu_samples (gpu, t);
-CREATE TABLE IF NOT EXISTS rank_metrics (
-    t REAL NOT NULL, job TEXT, rank INTEGER NOT NULL, gpu_uuid TEXT, res REAL NOT NULL DEFAULT 1,
-    {", ".join(f"{name} REAL" for name in RANK_FIELDS)});
-CREATE INDEX IF NOT EXISTS rank_metrics_t ON rank_metrics (t);
-CREATE TABLE IF NOT EXISTS events (t REAL NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS events_t ON events (t);
-CREATE TABLE IF NOT EXISTS zdicts (id INTEGER PRIMARY KEY, data BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS snapshots (
-    t REAL NOT NULL, zdict INTEGER, res REAL NOT NULL DEFAULT 1, data BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS snapshots_t ON snapshots (t);
-"""
-
-# table -> the columns that tell one series from another (downsampling keeps one row per bucket of each)
-SERIES_KEYS = {"gpu_samples": ("gpu",), "rank_metrics": ("job", "rank"), "snapshots": ()}
-
-
-class RecordingError(RuntimeError):
-    """A file that cannot be recorded to or read; str() is one line for the user."""
 
 
 def _number(value: Any) -> float | None:
@@ -130,183 +81,7 @@ def _number(value: Any) -> float | None:
     return None
 
 
-# What a reader needs: each table and its columns (a file without them is not a recording).
-REQUIRED_COLUMNS = {
-    "meta": ("key", "value"),
-    "gpus": ("uuid", "gpu", "tier"),
-    "gpu_samples": ("t", "gpu", "res", *GPU_FIELDS),
-    "rank_metrics": ("t", "job", "rank", "gpu_uuid", "res", *RANK_FIELDS),
-    "events": ("t", "kind", "payload"),
-    "zdicts": ("id", "data"),
-    "snapshots": ("t", "zdict", "res", "data"),
-}
-
-
-def _shown(value: object) -> str:
-    """A value from a file for a one-line message: its repr, control characters escaped, short."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def check_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """RecordingError (one line) unless this is a recording of the schema version we read."""
-    def not_ours(why: str) -> RecordingError:
-        return RecordingError(f"{path} is not a gpumix recording ({why})")
-
-    tables = {name for name, in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if "meta" not in tables:
-        raise not_ours("no table meta")
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None:
-        raise not_ours("no schema version")
-    if str(row[0]) != str(SCHEMA_VERSION):
-        raise RecordingError(f"{path}: a recording of schema version {_shown(row[0])};"
-                             f" this gpumix reads version {SCHEMA_VERSION}")
-    for table, columns in REQUIRED_COLUMNS.items():
-        if table not in tables:
-            raise not_ours(f"no table {table}")
-        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        missing = [c for c in columns if c not in present]
-        if missing:
-            raise not_ours(f"table {table} lacks {', '.join(missing[:3])}")
-
-
-def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
-    """A connection to a recording. Read-only opens never create or change the file, and check
-    that it is a recording of our schema (RecordingError, one line, if not)."""
-    path = Path(path)
-    if readonly:
-        if not path.exists():
-            raise RecordingError(f"no recording at {path}")
-        if not path.is_file():
-            raise RecordingError(f"{path} is not a gpumix recording (not a file)")
-        conn = None
-        try:  # a URI of the absolute path: a '?' or '#' in a name stays part of the name
-            conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False)
-            check_schema(conn, path)
-        except sqlite3.Error as error:
-            if conn is not None:
-                conn.close()
-            raise RecordingError(f"{path} is not a gpumix recording ({error})") from None
-        except RecordingError:
-            if conn is not None:
-                conn.close()
-            raise
-        return conn
-    try:
-        return sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-    except sqlite3.Error as error:
-        raise RecordingError(f"cannot record to {path}: {error}") from None
-
-
-def _create_private(path: Path) -> None:
-    """Create the file 0600 if it is new (it will hold command lines and environments); an
-    existing file keeps its mode. OSError becomes RecordingError, one line."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return
-    except OSError as error:
-        raise RecordingError(f"cannot record to {path}: {error.strerror or error}") from None
-    os.close(fd)
-
-
-def wal_reserve_bytes(max_bytes: int) -> int:
-    return int(min(MAX_WAL_BYTES, WAL_SHARE * max_bytes))
-
-
-def shm_reserve_bytes(max_bytes: int, page_size: int) -> int:
-    frames = wal_reserve_bytes(max_bytes) // page_size + 1
-    return SHM_BLOCK_BYTES * (frames // 4096 + 1)
-
-
-def open_for_writing(path: str | Path, max_bytes: int) -> sqlite3.Connection:
-    path = Path(path)
-    _create_private(path)
-    conn = connect(path)
-    try:
-        if conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0]:
-            check_schema(conn, path)  # a file of another version, or not ours: refused, untouched
-        # page size and auto_vacuum hold only before the first table exists; an old file keeps its own
-        conn.execute(f"PRAGMA page_size = {1024 if max_bytes < SMALL_PAGE_BELOW else 4096}")
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if mode.lower() != "wal":
-            raise RecordingError(f"{path}: SQLite refused WAL mode (journal_mode={mode})")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        # the WAL counts toward the budget: checkpoint at a quarter of its reserve (a transaction
-        # adds up to about as much again: each touches a few pages of every table and index)
-        reserve = wal_reserve_bytes(max_bytes)
-        conn.execute(f"PRAGMA wal_autocheckpoint = {max(4, min(1000, reserve // 4 // page_size))}")
-        conn.execute(f"PRAGMA journal_size_limit = {reserve}")
-        conn.executescript(_SCHEMA)
-        conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        conn.execute("INSERT OR IGNORE INTO meta VALUES ('created_s', ?)", (repr(time.time()),))
-    except sqlite3.Error as error:
-        conn.close()
-        raise RecordingError(f"cannot record to {path}: {error}") from None
-    except RecordingError:
-        conn.close()
-        raise
-    return conn
-
-
-def file_bytes(conn: sqlite3.Connection, path: str | Path) -> int:
-    """The recording's size on disk: the database file, its WAL and the WAL's index."""
-    del conn  # kept for callers; the files say it all
-    total = 0
-    for suffix in ("", "-wal", "-shm"):
-        try:
-            total += os.path.getsize(f"{path}{suffix}")
-        except OSError:
-            pass
-    return total
-
-
-def used_bytes(conn: sqlite3.Connection) -> int:
-    """Bytes of the database's pages in use (free pages are reused before the file grows)."""
-    pages = conn.execute("PRAGMA page_count").fetchone()[0] - conn.execute("PRAGMA freelist_count").fetchone()[0]
-    return pages * conn.execute("PRAGMA page_size").fetchone()[0]
-
-
-def retention_bands(now_s: float, oldest_s: float, whole_s: float, base_s: float, growth: float = 2.0
-                    ) -> list[tuple[float, float, float]]:
-    """(start, end, res): what thinning keeps of the data between oldest and now. Everything
-    newer than now - whole_s stays whole; the band [now - g^(j+1) whole, now - g^j whole) keeps
-    one row per base * (g - 1) g^j seconds per series (per GPU, per rank, snapshots): with g = 2,
-    bands of doubling length at doubling resolution, each about whole / base rows. A larger
-    growth g makes fewer bands (for a budget that holds only a few rows of history)."""
-    bands = []
-    end, length = now_s - whole_s, whole_s * (growth - 1)
-    res = base_s * (growth - 1)
-    while end > oldest_s:
-        bands.append((max(oldest_s, end - length), end, res))
-        end, length, res = end - length, length * growth, res * growth
-    return bands
-
-
-def thin(conn: sqlite3.Connection, start_s: float, end_s: float, res_s: float,
-         part: tuple[float, float] | None = None) -> int:
-    """Keep one row per `res_s` bucket per series (the first) of the rows in [start, end);
-    returns rows deleted. With `part`, delete only within that part of the range (a slice, so
-    one transaction stays small) while the first row of each bucket is still sought in the
-    whole range: slice after slice thins exactly as one pass. (Events are never thinned.)"""
-    low, high = part or (start_s, end_s)
-    deleted = 0
-    for table, keys in SERIES_KEYS.items():
-        group = ", ".join((*keys, f"CAST(t / {float(res_s)!r} AS INTEGER)"))
-        cursor = conn.execute(
-            f"DELETE FROM {table} WHERE t >= ? AND t < ? AND rowid NOT IN "
-            f"(SELECT MIN(rowid) FROM {table} WHERE t >= ? AND t < ? GROUP BY {group})",
-            (low, high, start_s, end_s),
-        )
-        deleted += cursor.rowcount
-        conn.execute(f"UPDATE {table} SET res = ? WHERE t >= ? AND t < ? AND res < ?", (res_s, low, high, res_s))
-    return deleted
-
-
-class Recorder:
+class Recorder(Thinning):
     """Writes a hub's snapshots and events to a recording; see the module docstring."""
 
     def __init__(self, path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -544,90 +319,6 @@ class Recorder:
     def _database_bytes(self) -> int:
         conn = self._conn
         return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
-
-    def compact(self, target_bytes: float | None = None) -> None:
-        """Thin the data until the pages in use are under `target_bytes` (default 70 % of the
-        data budget): the oldest events past their share first, then `retention_bands` with a
-        coarser base, then fewer bands of history, then a shorter whole window; at the very end
-        only the first and the newest tick stay."""
-        target = COMPACT_TO * self.data_bytes if target_bytes is None else target_bytes
-        conn = self._conn
-        now = conn.execute("SELECT MAX(t) FROM gpu_samples").fetchone()[0]
-        if now is None:
-            return
-        self.compactions += 1
-        self._trim_events()
-        # from one step milder than last time: a steady stream does not start over at every compaction
-        whole_s = min(self.keep_whole_s, 2 * self.kept.get("whole_s", self.keep_whole_s))
-        base_s = max(FIRST_BASE_S, self.kept.get("base_s", FIRST_BASE_S) / 4)
-        growth = max(2.0, self.kept.get("growth", 2.0) / 4)
-        while used_bytes(conn) > target:
-            oldest = conn.execute("SELECT MIN(t) FROM gpu_samples").fetchone()[0]
-            for start, end, res in retention_bands(now, oldest, whole_s, base_s, growth):
-                self._thin_in_slices(start, end, res)
-            if used_bytes(conn) <= target:
-                break
-            if base_s * 4 <= whole_s:
-                base_s *= 4  # older data coarser first ...
-            elif growth < MAX_GROWTH:
-                growth *= 4  # ... then fewer bands of it ...
-            elif whole_s > MIN_WHOLE_S:
-                whole_s /= 2  # ... then fewer minutes whole
-            else:  # the first tick and the newest alone
-                self._in_slices(oldest, now, lambda a, b, first=oldest: self._delete_between(a, b, first))
-                break
-        self.kept = {"whole_s": whole_s, "base_s": base_s, "growth": growth}
-
-    def _thin_in_slices(self, start_s: float, end_s: float, res_s: float) -> None:
-        self._in_slices(start_s, end_s, lambda a, b: thin(self._conn, start_s, end_s, res_s, part=(a, b)))
-
-    def _in_slices(self, start_s: float, end_s: float, change: Callable[[float, float], object]) -> None:
-        """Run `change(a, b)` over [start, end) in slices that each hold about half the WAL's
-        reserve of rows (one transaction each, so a checkpoint can follow): the edges are the
-        times of every n-th GPU row in the range, so dense and thinned stretches alike fit."""
-        conn = self._conn
-        rows = conn.execute("SELECT COUNT(*) FROM gpu_samples").fetchone()[0]
-        bytes_per_row = used_bytes(conn) / max(1, rows)  # a GPU row and its share of the rest
-        every = max(1, int(self.wal_bytes / 4 / bytes_per_row))
-        times = [t for t, in conn.execute("SELECT t FROM gpu_samples WHERE t >= ? AND t < ? ORDER BY t",
-                                          (start_s, end_s))]
-        edges = [start_s, *sorted({times[i] for i in range(every, len(times), every)} - {start_s}), end_s]
-        for low, high in itertools.pairwise(edges):
-            conn.execute("BEGIN")
-            change(low, high)
-            conn.execute("COMMIT")
-
-    def _delete_between(self, start_s: float, end_s: float, keep_s: float) -> None:
-        for table in SERIES_KEYS:
-            self._conn.execute(f"DELETE FROM {table} WHERE t >= ? AND t < ? AND t != ?", (start_s, end_s, keep_s))
-
-    def _trim_events(self) -> None:
-        """Events are kept before data, up to EVENTS_SHARE of the budget: past it, the oldest go."""
-        conn = self._conn
-        room = EVENTS_SHARE * self.data_bytes
-        total, cut = 0, None
-        for t, size in conn.execute("SELECT t, length(payload) + length(kind) + 32 FROM events ORDER BY t DESC"):
-            total += size
-            if total > room:
-                cut = t
-                break
-        if cut is not None:  # the oldest, a contiguous range: whole pages freed, little WAL written
-            conn.execute("BEGIN")
-            conn.execute("DELETE FROM events WHERE t <= ?", (cut,))
-            conn.execute("COMMIT")
-
-    def _give_back_pages(self) -> None:
-        """Shrink the file to the pages in use, a WAL reserve at a time (a file reopened with a
-        smaller budget)."""
-        conn = self._conn
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        step = max(1, self.wal_bytes // 2 // page_size)
-        while conn.execute("PRAGMA freelist_count").fetchone()[0] > 0:
-            before = self._database_bytes()
-            conn.execute(f"PRAGMA incremental_vacuum({step})").fetchall()
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            if self._database_bytes() >= before:  # not an incremental-vacuum file
-                break
 
     # -- stopping ------------------------------------------------------------------------
 

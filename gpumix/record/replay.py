@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumix.record.recorder import GPU_FIELDS, RecordingError, connect
+from gpumix.record.schema import GPU_FIELDS, RecordingError, connect
 from gpumix.wire.snapshot_types import Snapshot
 
 SPEEDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
