@@ -93,3 +93,52 @@ def test_deepspeed_under_an_unequal_plan_counts_the_samples_trained(demo_hardwar
     for rank in (0, 1):
         counts = json.loads((tmp_path / "counts" / f"rank{rank}.json").read_text())
         assert counts == {"global_samples": 10 * 12, "global_steps": 10}, rank
+
+
+@pytest.mark.slow
+def test_deepspeed_restarts_into_its_configs_under_gpumix_run(hub_socket, tmp_path: Path) -> None:
+    """`gpumix run` restarts a DeepSpeed job (2 gloo ranks, m = 8 and k = 2: B = 32) into the
+    DeepSpeed split [8, 24] (m = 4 and 12, the same k = 2) that `gpumix plan --deepspeed-config
+    --apply` hands over: each rank starts from its own config, from DeepSpeed's checkpoint, and
+    DeepSpeed counts 32 samples for every one of the 30 steps, before the restart and after."""
+    import json
+    import threading
+
+    pytest.importorskip("deepspeed")
+    from gpumix.plan.deepspeed import deepspeed_split, write_configs
+    from gpumix.run.supervisor import Supervisor
+    from tests.conftest import wait_until
+
+    hub, socket_path = hub_socket
+    job = "deepspeed-example"
+    (tmp_path / "counts").mkdir()
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(ROOT / "examples" / "deepspeed_train.py"), "--steps", "30", "--step-sleep", "0.1",
+               "--checkpoint", str(tmp_path / "ckpt"), "--samples-out", str(tmp_path / "counts")]
+    supervisor = Supervisor(command, job, hub=socket_path, control_dir=tmp_path / "control", say=lambda _: None)
+    outcome: dict = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("code", supervisor.run()), daemon=True)
+    thread.start()
+
+    def ranks() -> list[dict]:
+        return sorted((r for r in hub.snapshot()["ranks"] if r["job"] == job and r["connected"]), key=lambda r: r["rank"])
+
+    assert wait_until(lambda: len(ranks()) == 2 and min(r["step"] or 0 for r in ranks()) >= 4, 180), supervisor.message
+    split = deepspeed_split({"global_batch": 32, "ranks": [
+        {"rank": 0, "samples": 8, "micro_batch": 8, "accumulation_steps": 1, "loss_weight": 0.5},
+        {"rank": 1, "samples": 24, "micro_batch": 12, "accumulation_steps": 2, "loss_weight": 1.5}]})
+    base = {"optimizer": {"type": "SGD", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 0},
+            "wall_clock_breakdown": True, "steps_per_print": 10**9}
+    configs = write_configs(split, base, tmp_path / "ds")
+    plan = {"plan_id": "ds", "global_batch": 32, "ranks": split["ranks"],
+            "deepspeed_configs": [str(path.resolve()) for path in configs]}
+    assert hub.request_restart(job, plan)["ok"]
+    thread.join(timeout=300)
+    assert outcome.get("code") == 0, supervisor.message
+    assert supervisor.restarts == 1 and supervisor.plan is not None and supervisor.plan.plan_id == "ds"
+    assert [(r["micro_batch"], r["accumulation_steps"]) for r in sorted(
+        (r for r in hub.snapshot()["ranks"] if r["job"] == job and r["step"] == 29), key=lambda r: r["rank"])] == [
+        (4, 2), (12, 2)]
+    for rank in (0, 1):
+        counts = json.loads((tmp_path / "counts" / f"rank{rank}.json").read_text())
+        assert counts == {"global_samples": 30 * 32, "global_steps": 30}, rank
