@@ -17,14 +17,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpumix.hw.nvml_backend import (
-    FIELD_PCIE_RX_BYTES,
-    FIELD_PCIE_TX_BYTES,
-    P2P_INDEX_READ,
-    P2P_INDEX_WRITE,
-    NvmlBackend,
-    decode_clock_event_reasons,
-)
+from gpumix.hw.nvml_backend import NvmlBackend, decode_clock_event_reasons
+from gpumix.hw.nvml_pcie import FIELD_PCIE_RX_BYTES, FIELD_PCIE_TX_BYTES
+from gpumix.hw.nvml_topology import P2P_INDEX_READ, P2P_INDEX_WRITE
 from gpumix.hw.types import GpuSample, NoDriverError
 from gpumix.sim.machine import GpuActivity, SimMachine
 from gpumix.sim.nvml import SimHandle, SimNvml

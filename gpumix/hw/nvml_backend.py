@@ -11,6 +11,9 @@ memory, power, clocks, temperature, link gen/width) is ~60 us per GPU; the
 PCIe byte counters (field values 197/198) ~0.6 ms; the power-management
 limit and the replay counter ~0.37 ms each, so those two are read on a slow
 schedule; total energy costs 3.7 ms, so energy is integrated from power.
+
+The guarded reads are here; PCIe throughput is `gpumix.hw.nvml_pcie`, P2P and NVLink
+`gpumix.hw.nvml_topology` (parts of NvmlBackend).
 """
 
 from __future__ import annotations
@@ -23,27 +26,10 @@ from typing import Any
 
 import pynvml
 
-from gpumix.hw.pcie import link_bytes_per_s
-from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S, PCIE_GUARD_MIN_WAIT_S, PcieCounters
-from gpumix.hw.types import DriverInfo, GpuInfo, GpuProcess, GpuSample, NoDriverError, P2PLink
-
-# nvidia-ml-py 13.x defines NVML_P2P_CAPS_INDEX_READ as the tuple (0,) (a
-# trailing comma in the binding); passing it raises a ctypes error. Use ints.
-P2P_INDEX_READ = 0
-P2P_INDEX_WRITE = 1
-
-P2P_STATUS = {
-    0: "OK",
-    1: "chipset not supported",
-    2: "GPU not supported",
-    3: "topology not supported",
-    4: "disabled by regkey",
-    5: "not supported",
-    6: "unknown",
-}
-
-# nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them.
-TOPOLOGY_LEVEL = {0: "BOARD", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+from gpumix.hw.nvml_pcie import NvmlPcie
+from gpumix.hw.nvml_topology import NvmlTopology, _text
+from gpumix.hw.pcie_counters import PcieCounters
+from gpumix.hw.types import DriverInfo, GpuInfo, GpuProcess, GpuSample, NoDriverError
 
 CLOCK_EVENT_REASONS = {
     0x1: "idle",
@@ -57,9 +43,6 @@ CLOCK_EVENT_REASONS = {
     0x100: "display clocks",
 }
 
-FIELD_PCIE_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, cumulative
-FIELD_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, cumulative
-
 # Errors that will not change while we run: remember them, never ask again.
 _PERMANENT_ERRORS = (
     pynvml.NVMLError_NotSupported,
@@ -69,23 +52,8 @@ _PERMANENT_ERRORS = (
 )
 
 
-def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
-    """How fast the PCIe counters can move now: the link as negotiated, or its max if unknown."""
-    now = link_bytes_per_s(sample.pcie_link_gen_current, sample.pcie_link_width_current)
-    return now if now is not None else link_bytes_per_s(info.pcie_gen_max, info.pcie_width_max)
-
-
 def decode_clock_event_reasons(mask: int) -> list[str]:
     return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
-
-
-def _bus_key(bus_id: str) -> str:
-    """"00000000:18:00.0" and "0000:18:00.0" name the same device: compare bus:device.function."""
-    return bus_id.strip().lower()[-12:]
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _brand_name(brand: int | None) -> str | None:
@@ -107,7 +75,7 @@ def _no_driver_message(error: BaseException) -> str:
     return f"no NVIDIA driver found (NVML: {error})"
 
 
-class NvmlBackend:
+class NvmlBackend(NvmlPcie, NvmlTopology):
     """Hardware backend over NVML. `nvml` defaults to pynvml; tests and the
     simulator pass an object with the same functions that raises the real
     pynvml error classes."""
@@ -295,170 +263,6 @@ class NvmlBackend:
             energy += power_w * (now - last)
         self._energy_j[index] = energy
         return energy
-
-    # -- PCIe throughput --------------------------------------------------------
-
-    def _fill_pcie(self, samples: list[GpuSample]) -> None:
-        fallback: list[GpuSample] = []
-        for sample in samples:
-            if sample.lost:
-                continue
-            if (sample.index, "pcie_counters") in self.unsupported:
-                fallback.append(sample)
-                continue
-            rates = self._pcie_from_counters(sample.index, _link_bound(sample, self._infos[sample.index]))
-            if rates is None and (sample.index, "pcie_counters") in self.unsupported:
-                fallback.append(sample)
-            elif rates is not None:
-                sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = rates
-        if fallback:
-            self._pcie_from_throughput(fallback)
-
-    def _read_counters(self, index: int) -> PcieCounters | None:
-        """Read fields 197/198 and fold them into the GPU's unwrapped totals."""
-        values = self._call(index, "nvmlDeviceGetFieldValues", [FIELD_PCIE_TX_BYTES, FIELD_PCIE_RX_BYTES])
-        if values is None:
-            if (index, "nvmlDeviceGetFieldValues") in self.unsupported:
-                self.unsupported[(index, "pcie_counters")] = "field values not supported"
-            return None
-        if any(value.nvmlReturn != pynvml.NVML_SUCCESS for value in values):
-            self.unsupported[(index, "pcie_counters")] = "PCIe byte counters not supported"
-            return None
-        with self._pcie_lock:
-            counters = self._pcie.get(index)
-            if counters is None:
-                counters = self._pcie[index] = PcieCounters()
-            counters.update(int(values[0].timestamp), values[0], values[1])
-            counters.read_at_s = self._clock()
-            return counters
-
-    def _pcie_from_counters(self, index: int, link_bytes_per_s: float | None = None) -> tuple[float, float] | None:
-        """Rate = delta of the (unwrapped) cumulative byte counters / delta of their timestamps."""
-        counters = self._read_counters(index)
-        if counters is None:
-            return None
-        with self._pcie_lock:
-            counters.link_bytes_per_s = link_bytes_per_s
-            rates = counters.rates_since_sample()
-            if counters.wraps_soon():
-                self._start_pcie_guard()
-        return rates
-
-    def poll_pcie_counters(self) -> float:
-        """One pass of the wrap guard: read the counters of GPUs whose 32-bit counters
-        would wrap before the next tick. Returns seconds until the next read is due."""
-        wait_s = PCIE_GUARD_MAX_WAIT_S
-        for index in list(self._pcie):
-            counters = self._pcie[index]
-            if index in self._lost or (index, "pcie_counters") in self.unsupported:
-                continue
-            due_s = counters.next_read_due_s(self._clock())
-            if due_s is not None and due_s <= 0:
-                self._read_counters(index)
-                due_s = self._pcie[index].next_read_due_s(self._clock())
-            if due_s is not None:
-                wait_s = min(wait_s, max(PCIE_GUARD_MIN_WAIT_S, due_s))
-        return wait_s
-
-    def _start_pcie_guard(self) -> None:
-        if self._pcie_guard is not None or self._guard_stop.is_set():
-            return
-        self._pcie_guard = threading.Thread(target=self._guard_pcie, name="gpumix-pcie-guard", daemon=True)
-        self._pcie_guard.start()
-
-    def _guard_pcie(self) -> None:
-        while not self._guard_stop.is_set():
-            try:
-                wait_s = self.poll_pcie_counters()
-            except Exception:  # never let the guard die on a driver hiccup
-                wait_s = PCIE_GUARD_MAX_WAIT_S
-            self._guard_stop.wait(wait_s)
-
-    def _pcie_from_throughput(self, samples: list[GpuSample]) -> None:
-        """nvmlDeviceGetPcieThroughput blocks ~21 ms per call: run them all in parallel."""
-        if self._pcie_fallback_pool is None:
-            self._pcie_fallback_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pcie")
-        jobs = [
-            (sample, counter, self._pcie_fallback_pool.submit(self._call, sample.index, "nvmlDeviceGetPcieThroughput", counter))
-            for sample in samples
-            for counter in (pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES)
-        ]
-        for sample, counter, job in jobs:
-            kb_per_s = job.result()
-            rate = kb_per_s * 1000.0 if kb_per_s is not None else None
-            if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
-                sample.pcie_tx_bytes_per_s = rate
-            else:
-                sample.pcie_rx_bytes_per_s = rate
-
-    # -- topology ----------------------------------------------------------------
-
-    def p2p(self) -> list[P2PLink]:
-        links = []
-        count = len(self._infos)
-        by_bus = {_bus_key(info.pci_bus_id): info.index for info in self._infos if info.pci_bus_id}
-        nvlinks = {index: self._nvlinks(index, by_bus) for index in range(count) if index not in self._lost}
-        for a in range(count):
-            for b in range(a + 1, count):
-                links.append(self._p2p_pair(a, b, nvlinks))
-        return links
-
-    def _p2p_pair(self, a: int, b: int, nvlinks: dict[int, tuple[dict[int, int], int]]) -> P2PLink:
-        if a in self._lost or b in self._lost:
-            return P2PLink(a, b, None, None, None)
-        read = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_READ)
-        write = self._pair_call(a, b, "nvmlDeviceGetP2PStatus", P2P_INDEX_WRITE)
-        level = self._pair_call(a, b, "nvmlDeviceGetTopologyCommonAncestor")
-        (direct_a, switch_a), (_, switch_b) = nvlinks[a], nvlinks[b]
-        # direct links (a bridge), or through NVSwitches, where each GPU's links reach every other
-        # GPU on the switches (an HGX board: NV18)
-        count = direct_a.get(b, 0) + min(switch_a, switch_b)
-        return P2PLink(
-            gpu_a=a,
-            gpu_b=b,
-            read=P2P_STATUS.get(read, str(read)) if read is not None else None,
-            write=P2P_STATUS.get(write, str(write)) if write is not None else None,
-            # as `nvidia-smi topo -m` names a pair joined by NVLink
-            topology=f"NV{count}" if count else TOPOLOGY_LEVEL.get(level, str(level)) if level is not None else None,
-            nvlinks=count,
-        )
-
-    def _nvlinks(self, index: int, by_bus: dict[str, int]) -> tuple[dict[int, int], int]:
-        """(links to each other GPU by its PCI bus id, links to NVSwitches) of GPU `index`.
-        A card without NVLink answers NotSupported for link 0; links past its last, InvalidArgument."""
-        direct: dict[int, int] = {}
-        switch = 0
-        handle = self._handles[index]
-        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            try:
-                if self._nvml.nvmlDeviceGetNvLinkState(handle, link) != pynvml.NVML_FEATURE_ENABLED:
-                    continue
-                remote_type = self._call(index, "nvmlDeviceGetNvLinkRemoteDeviceType", link)  # older drivers: None
-                if remote_type == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
-                    switch += 1
-                    continue
-                remote = self._nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
-            except pynvml.NVMLError as error:
-                if link == 0 and error.value == pynvml.NVML_ERROR_NOT_SUPPORTED:
-                    break
-                continue
-            except AttributeError:  # an NVML without these functions
-                break
-            peer = by_bus.get(_bus_key(_text(remote.busId)))
-            if peer is not None and peer != index:
-                direct[peer] = direct.get(peer, 0) + 1
-        return direct, switch
-
-
-    def _pair_call(self, a: int, b: int, name: str, *args: Any) -> Any:
-        """A guarded NVML call about GPUs a and b: the value, or None. Its error
-        (GpuIsLost, NotSupported) may be about either GPU, so unlike `_call` it
-        marks neither lost nor unsupported; the next sample() finds a lost GPU.
-        Not remembering costs little: the topology is read once, not every tick."""
-        try:
-            return getattr(self._nvml, name)(self._handles[a], self._handles[b], *args)
-        except (pynvml.NVMLError, AttributeError):
-            return None
 
     def close(self) -> None:
         self._guard_stop.set()

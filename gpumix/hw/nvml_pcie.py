@@ -1,0 +1,123 @@
+"""PCIe throughput from NVML, for NvmlBackend: the cumulative byte counters (fields 197/198) as
+Δbytes/Δtimestamp, a guard thread that reads them before their 32 bits wrap, and the slow
+nvmlDeviceGetPcieThroughput fallback run in parallel on a small pool.
+
+What it may import: pynvml, gpumix.hw."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pynvml
+
+from gpumix.hw.pcie import link_bytes_per_s
+from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S, PCIE_GUARD_MIN_WAIT_S, PcieCounters
+from gpumix.hw.types import GpuInfo, GpuSample
+
+FIELD_PCIE_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, cumulative
+FIELD_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, cumulative
+
+
+def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
+    """How fast the PCIe counters can move now: the link as negotiated, or its max if unknown."""
+    now = link_bytes_per_s(sample.pcie_link_gen_current, sample.pcie_link_width_current)
+    return now if now is not None else link_bytes_per_s(info.pcie_gen_max, info.pcie_width_max)
+
+
+class NvmlPcie:
+    """PCIe readings, a part of NvmlBackend (uses its `_call`, `_clock`, `_infos`, `_lost`, `unsupported`
+    and the `_pcie*` and `_guard_stop` state it sets up)."""
+
+    def _fill_pcie(self, samples: list[GpuSample]) -> None:
+        fallback: list[GpuSample] = []
+        for sample in samples:
+            if sample.lost:
+                continue
+            if (sample.index, "pcie_counters") in self.unsupported:
+                fallback.append(sample)
+                continue
+            rates = self._pcie_from_counters(sample.index, _link_bound(sample, self._infos[sample.index]))
+            if rates is None and (sample.index, "pcie_counters") in self.unsupported:
+                fallback.append(sample)
+            elif rates is not None:
+                sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = rates
+        if fallback:
+            self._pcie_from_throughput(fallback)
+
+    def _read_counters(self, index: int) -> PcieCounters | None:
+        """Read fields 197/198 and fold them into the GPU's unwrapped totals."""
+        values = self._call(index, "nvmlDeviceGetFieldValues", [FIELD_PCIE_TX_BYTES, FIELD_PCIE_RX_BYTES])
+        if values is None:
+            if (index, "nvmlDeviceGetFieldValues") in self.unsupported:
+                self.unsupported[(index, "pcie_counters")] = "field values not supported"
+            return None
+        if any(value.nvmlReturn != pynvml.NVML_SUCCESS for value in values):
+            self.unsupported[(index, "pcie_counters")] = "PCIe byte counters not supported"
+            return None
+        with self._pcie_lock:
+            counters = self._pcie.get(index)
+            if counters is None:
+                counters = self._pcie[index] = PcieCounters()
+            counters.update(int(values[0].timestamp), values[0], values[1])
+            counters.read_at_s = self._clock()
+            return counters
+
+    def _pcie_from_counters(self, index: int, link_bytes_per_s: float | None = None) -> tuple[float, float] | None:
+        """Rate = delta of the (unwrapped) cumulative byte counters / delta of their timestamps."""
+        counters = self._read_counters(index)
+        if counters is None:
+            return None
+        with self._pcie_lock:
+            counters.link_bytes_per_s = link_bytes_per_s
+            rates = counters.rates_since_sample()
+            if counters.wraps_soon():
+                self._start_pcie_guard()
+        return rates
+
+    def poll_pcie_counters(self) -> float:
+        """One pass of the wrap guard: read the counters of GPUs whose 32-bit counters
+        would wrap before the next tick. Returns seconds until the next read is due."""
+        wait_s = PCIE_GUARD_MAX_WAIT_S
+        for index in list(self._pcie):
+            counters = self._pcie[index]
+            if index in self._lost or (index, "pcie_counters") in self.unsupported:
+                continue
+            due_s = counters.next_read_due_s(self._clock())
+            if due_s is not None and due_s <= 0:
+                self._read_counters(index)
+                due_s = self._pcie[index].next_read_due_s(self._clock())
+            if due_s is not None:
+                wait_s = min(wait_s, max(PCIE_GUARD_MIN_WAIT_S, due_s))
+        return wait_s
+
+    def _start_pcie_guard(self) -> None:
+        if self._pcie_guard is not None or self._guard_stop.is_set():
+            return
+        self._pcie_guard = threading.Thread(target=self._guard_pcie, name="gpumix-pcie-guard", daemon=True)
+        self._pcie_guard.start()
+
+    def _guard_pcie(self) -> None:
+        while not self._guard_stop.is_set():
+            try:
+                wait_s = self.poll_pcie_counters()
+            except Exception:  # never let the guard die on a driver hiccup
+                wait_s = PCIE_GUARD_MAX_WAIT_S
+            self._guard_stop.wait(wait_s)
+
+    def _pcie_from_throughput(self, samples: list[GpuSample]) -> None:
+        """nvmlDeviceGetPcieThroughput blocks ~21 ms per call: run them all in parallel."""
+        if self._pcie_fallback_pool is None:
+            self._pcie_fallback_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pcie")
+        jobs = [
+            (sample, counter, self._pcie_fallback_pool.submit(self._call, sample.index, "nvmlDeviceGetPcieThroughput", counter))
+            for sample in samples
+            for counter in (pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        ]
+        for sample, counter, job in jobs:
+            kb_per_s = job.result()
+            rate = kb_per_s * 1000.0 if kb_per_s is not None else None
+            if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
+                sample.pcie_tx_bytes_per_s = rate
+            else:
+                sample.pcie_rx_bytes_per_s = rate
