@@ -76,7 +76,7 @@ class MultiHubSource:
             names.append(name if name not in names else f"{name}#{i + 1}")
         return names
 
-    def _merge(self) -> dict[str, Any]:
+    def _merge(self) -> Snapshot:
         names = self.names()
         labels = node_labels(names) if len(self.sources) > 1 else [None] * len(names)
         base = next(last for i, last in enumerate(self._last) if last is not None and self.reachable[i]) \
@@ -96,22 +96,7 @@ class MultiHubSource:
             if last is None:
                 findings.append(self._unreachable(node, i, []))
                 continue
-            index_map: dict[int, int] = {}
-            uuid_map: dict[str, str] = {}
-            for gpu in last.get("gpus", []):
-                row = dict(gpu, node=node, node_index=gpu["index"], index=len(gpus))
-                if labels[i] is not None:
-                    row["node_label"] = labels[i]
-                if row["uuid"] in seen_uuids:  # simulated rigs (or a node listed twice) repeat UUIDs
-                    row["uuid"] = f"{node}/{gpu['uuid']}"
-                seen_uuids.add(row["uuid"])
-                index_map[gpu["index"]] = row["index"]
-                uuid_map[gpu["uuid"]] = row["uuid"]
-                routes[row["index"]] = (i, gpu["index"])
-                if not up:
-                    row["lost"] = True
-                    row["ranks"] = []
-                gpus.append(row)
+            index_map, uuid_map = self._add_gpus(i, node, labels[i], last, gpus, seen_uuids, routes)
             for rank in last.get("ranks", []):
                 ranks.append(dict(rank, node=node, gpu_uuid=uuid_map.get(rank.get("gpu_uuid"), rank.get("gpu_uuid")),
                                   connected=bool(rank.get("connected")) and up, straggler=False))
@@ -146,6 +131,28 @@ class MultiHubSource:
         severity = {"error": 0, "warning": 1, "info": 2}
         merged["findings"] = sorted(findings, key=lambda f: severity.get(f.get("severity", "info"), 3))
         return merged
+
+    def _add_gpus(self, i: int, node: str, label: str | None, last: Snapshot, gpus: list[dict[str, Any]],
+                  seen_uuids: set[str], routes: dict[int, tuple[int, int]]) -> tuple[dict[int, int], dict[str, str]]:
+        """Node i's GPUs appended to the merged list, renumbered; (its index -> merged index, its UUID ->
+        merged UUID). An unreachable node's GPUs show as lost."""
+        index_map: dict[int, int] = {}
+        uuid_map: dict[str, str] = {}
+        for gpu in last.get("gpus", []):
+            row = dict(gpu, node=node, node_index=gpu["index"], index=len(gpus))
+            if label is not None:
+                row["node_label"] = label
+            if row["uuid"] in seen_uuids:  # simulated rigs (or a node listed twice) repeat UUIDs
+                row["uuid"] = f"{node}/{gpu['uuid']}"
+            seen_uuids.add(row["uuid"])
+            index_map[gpu["index"]] = row["index"]
+            uuid_map[gpu["uuid"]] = row["uuid"]
+            routes[row["index"]] = (i, gpu["index"])
+            if not self.reachable[i]:
+                row["lost"] = True
+                row["ranks"] = []
+            gpus.append(row)
+        return index_map, uuid_map
 
     def _unreachable(self, node: str, i: int, gpus: list[int]) -> dict[str, Any]:
         return {"id": "node-unreachable", "severity": "error", "title": f"node {node} unreachable",
