@@ -3,7 +3,6 @@ supervisor, the 3060 straggler goes away and samples/s rises."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
@@ -15,6 +14,7 @@ from gpumix.cli.node import start_node
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.plan_screen import PlanScreen
 from tests.screen import screen_text
+from tests.waiting import wait_until_async
 
 
 def demo_ranks(hub: Any) -> list[dict[str, Any]]:
@@ -27,12 +27,8 @@ def at_step(hub: Any, step: int, ranks: int) -> bool:
     return len(found) == ranks and min(r["step"] or 0 for r in found) >= step
 
 
-async def until(predicate, timeout_s: float) -> None:
-    for _ in range(int(timeout_s / 0.2)):
-        if predicate():
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError("timed out")
+async def until(predicate, timeout_s: float, what: str = "the condition") -> Any:
+    return await wait_until_async(predicate, timeout_s, what, poll_s=0.2)
 
 
 @pytest.mark.slow
@@ -43,9 +39,8 @@ async def test_split_screen_restarts_the_demo_and_removes_the_straggler(tmp_path
         app = GpumixApp(node.hub, interval_s=0.5)
         async with app.run_test(size=(100, 30)) as pilot:
             await until(lambda: at_step(node.hub, 12, ranks=10), 90)
-            await pilot.pause(1.0)
+            await until(lambda: "straggler 0,1,2 (RTX 3060 12G)" in screen_text(app), 30, "the straggler on screen")
             before = node.hub.snapshot()["run"]
-            assert "straggler 0,1,2 (RTX 3060 12G)" in screen_text(app)
             await pilot.press("s")
             await until(lambda: isinstance(app.screen, PlanScreen), 10)
             text = str(app.screen.query_one("#plan-text", Static).render())
@@ -54,7 +49,8 @@ async def test_split_screen_restarts_the_demo_and_removes_the_straggler(tmp_path
             supervisor = node.demo.supervisor
             await until(lambda: supervisor.restarts == 1, 60)
             await until(lambda: at_step(node.hub, supervisor.resume_step + 12, ranks=10), 60)
-            await pilot.pause(1.0)
+            await until(lambda: any("10 ranks" in line and "straggler" not in line for line in screen_text(app).splitlines()),
+                        30, "the run line without a straggler")
             after = node.hub.snapshot()["run"]
             assert after["samples_per_s"] > 1.6 * before["samples_per_s"], (before, after)
             assert not any(r["straggler"] for r in demo_ranks(node.hub))
@@ -74,7 +70,8 @@ async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
         app = GpumixApp(node.hub, interval_s=0.5)
         async with app.run_test(size=(100, 30)) as pilot:
             await until(lambda: at_step(node.hub, 12, ranks=10), 90)
-            await pilot.pause(1.0)
+            await until(lambda: (run := node.hub.snapshot()["run"]) and run["ranks"] == 10 and run["stragglers"], 30,
+                        "the run's stragglers")
             before = node.hub.snapshot()["run"]
             await pilot.press("s")
             await until(lambda: isinstance(app.screen, PlanScreen), 10)
@@ -82,7 +79,9 @@ async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
             supervisor = node.demo.supervisor
             await until(lambda: supervisor.restarts == 1, 60)
             await until(lambda: at_step(node.hub, supervisor.resume_step + 12, ranks=7), 60)
-            await pilot.pause(1.0)
+            # the freed 3060s idle at the simulator's next tick
+            await until(lambda: all((node.hub.snapshot()["gpus"][i]["util_gpu_pct"] or 0) < 5 for i in range(3)), 30,
+                        "the 3060s to idle")
             snapshot = node.hub.snapshot()
             on_gpus = {gpu["index"] for gpu in snapshot["gpus"] if gpu["ranks"]}
             assert on_gpus == set(range(3, 10))
