@@ -126,6 +126,32 @@ def validate(document: Any, schema: dict[str, Any], root: dict[str, Any] | None 
     return errors
 
 
+def undeclared(document: Any, schema: dict[str, Any], root: dict[str, Any] | None = None,
+               where: str = "$") -> list[str]:
+    """Keys of `document` the contract does not declare (validate allows them: a reader ignores them;
+    the hub itself should declare everything it sends)."""
+    root = root if root is not None else schema
+    if "$ref" in schema:
+        return undeclared(document, root["$defs"][schema["$ref"].rsplit("/", 1)[1]], root, where)
+    if "anyOf" in schema:
+        matching = [option for option in schema["anyOf"] if not validate(document, option, root, where)]
+        return undeclared(document, matching[0], root, where) if matching else []
+    found: list[str] = []
+    if isinstance(document, dict) and "properties" in schema:
+        for name, value in document.items():
+            if name in schema["properties"]:
+                found += undeclared(value, schema["properties"][name], root, f"{where}.{name}")
+            else:
+                found.append(f"{where}.{name}")
+    elif isinstance(document, dict) and "additionalProperties" in schema:
+        for name, value in document.items():
+            found += undeclared(value, schema["additionalProperties"], root, f"{where}.{name}")
+    elif isinstance(document, list) and "items" in schema:
+        for i, item in enumerate(document):
+            found += undeclared(item, schema["items"], root, f"{where}[{i}]")
+    return found
+
+
 def _has_type(value: Any, kind: str) -> bool:
     if kind == "integer":
         return isinstance(value, int) and not isinstance(value, bool)

@@ -42,6 +42,7 @@ def test_demo_once_json_validates(demo_snapshot):
     schema = json_schema.snapshot_schema()
     assert json_schema.validate(demo_snapshot, schema) == []
     assert demo_snapshot["schema_version"] == 1
+    assert json_schema.undeclared(demo_snapshot, schema) == [], "declare them in gpumix/wire/snapshot_types.py"
     # the demo fills what the schema describes, so the check above looked at every level
     assert demo_snapshot["gpus"][0]["processes"] and demo_snapshot["ranks"] and demo_snapshot["findings"]
 
@@ -59,3 +60,46 @@ def test_schema_refuses_a_damaged_snapshot(demo_snapshot, damage, found):
     damage(snapshot)
     errors = json_schema.validate(snapshot, json_schema.snapshot_schema())
     assert any(error.startswith(found) for error in errors), errors
+
+
+def test_the_step_message_is_declared_once() -> None:
+    """The agent sends, and the hub checks, exactly the fields gpumix.wire.snapshot_types declares."""
+    from gpumix.agent.core import RECORD_NUMBERS
+    from gpumix.hub.ranks import STEP_RANGES, parse_step
+    from gpumix.wire.snapshot_types import (
+        AMP_DTYPES,
+        STEP_NUMBER_RANGES,
+        STEP_TIME_RANGE_S,
+        StepMessage,
+    )
+
+    declared = set(StepMessage.__annotations__)
+    assert STEP_RANGES is STEP_NUMBER_RANGES
+    assert declared == {"type", "step", "step_time_s", "amp_dtype"} | set(STEP_NUMBER_RANGES)
+    assert set(RECORD_NUMBERS) <= declared
+    # every declared number at the top of its range passes the hub's check, kept as sent
+    message = {"type": "step", "step": 3, "step_time_s": STEP_TIME_RANGE_S[1], "amp_dtype": AMP_DTYPES[0],
+               **{name: high for name, (_, high) in STEP_NUMBER_RANGES.items()}}
+    step = parse_step(message)
+    assert step["rejected"] == []
+    assert {name: step[name] for name in STEP_NUMBER_RANGES} == {n: h for n, (_, h) in STEP_NUMBER_RANGES.items()}
+
+
+def test_an_agent_sends_only_declared_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpumix.agent.core import Agent
+    from gpumix.wire.snapshot_types import StepMessage
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    agent = Agent("/nonexistent/gpumix-hub.sock", job="contract", max_messages=64)
+    try:
+        agent.micro_batch, agent.accumulation_steps, agent.gradient_bytes = 8, 2, 1024
+        for index in range(3):
+            with agent.step(samples=8, tokens=64) as step:
+                step.loss, step.lr = 2.0 - index, 1e-3
+        steps = [m for m in list(agent.sender._queue) if m.get("type") == "step"]
+    finally:
+        agent.close(0.1)
+    assert len(steps) == 2  # the last step waits for the next one (or close)
+    assert {"loss", "lr", "samples", "tokens", "micro_batch", "gradient_bytes"} <= set(steps[0])
+    assert all(set(m) <= set(StepMessage.__annotations__) for m in steps), steps

@@ -9,6 +9,12 @@ from typing import Any
 
 from gpumix.wire.jobs import job_label, ranks_by_job
 from gpumix.wire.protocol import ProtocolError, integer, number, text
+from gpumix.wire.snapshot_types import (
+    AMP_DTYPES,
+    MAX_STEP_INDEX,
+    STEP_NUMBER_RANGES,
+    STEP_TIME_RANGE_S,
+)
 
 STEPS_KEPT = 120  # per rank, for medians and the loss sparkline
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter
@@ -33,42 +39,9 @@ VERSION_VALUE_CHARS = 64
 TRANSPORT_CHANNELS = 32  # unique (src, dst, transport) of a rank; more are left out
 TRANSPORT_CHARS = 32  # "SHM/direct/direct", "NET/Socket/0", ...: a longer one is refused
 
-# Physical ranges of step fields: a value outside is dropped (None) and counted, the step kept;
-# a step time outside drops the step. Finite but absurd numbers would otherwise reach every
-# derived figure (samples/s, shares, stragglers, /metrics).
-DAY_S = 86400.0
-MAX_BYTES = float(2**50)  # a petabyte: no GPU or host memory figure is larger
-STEP_TIME_RANGE_S = (1e-6, DAY_S)
-MAX_STEP_INDEX = 2**53  # exact in a float: every client reads it back as the same number
-STEP_RANGES: dict[str, tuple[float, float]] = {
-    "t": (0.0, 1e11),  # wall clock (s since 1970), up to the year 5138
-    "samples": (0.0, 1e9),
-    "tokens": (0.0, 1e9),
-    "loss": (-1e30, 1e30),
-    "lr": (0.0, 1e6),
-    "data_wait_s": (0.0, DAY_S),
-    "forward_s": (0.0, DAY_S),
-    "backward_s": (0.0, DAY_S),
-    "optimizer_s": (0.0, DAY_S),
-    "comm_s": (0.0, DAY_S),
-    "mem_allocated_bytes": (0.0, MAX_BYTES),
-    "mem_reserved_bytes": (0.0, MAX_BYTES),
-    "mem_peak_bytes": (0.0, MAX_BYTES),
-    "micro_batch": (0.0, 1e9),
-    "accumulation_steps": (0.0, 1e9),
-    "cpu_pct": (0.0, 100.0 * 4096),  # 100 % per logical CPU
-    "rss_bytes": (0.0, MAX_BYTES),
-    "dropped": (0.0, float(MAX_STEP_INDEX)),
-    "gradient_bytes": (0.0, MAX_BYTES),
-    # mixed precision (agent.watch_amp): autocast on (1) or off (0), the GradScaler's scale, and the
-    # steps it skipped for inf/NaN gradients since the process started; DataParallel's device count
-    "amp_autocast": (0.0, 1.0),
-    "loss_scale": (0.0, 1e38),  # float32's ceiling: a scale cannot grow past it
-    "amp_skipped_steps": (0.0, float(MAX_STEP_INDEX)),
-    "dp_devices": (0.0, float(MAX_NVML_INDEX)),
-}
-# autocast's dtype: a name from this list, anything else is dropped and counted
-AMP_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+# Physical ranges of step fields, declared with the step message (gpumix/wire/snapshot_types.py):
+# a value outside is dropped (None) and counted, the step kept; a step time outside drops the step.
+STEP_RANGES = STEP_NUMBER_RANGES
 
 
 @dataclass
