@@ -8,7 +8,6 @@ per-field error, a slow call) a small SimNvml subclass below supplies it.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -124,16 +123,19 @@ class FieldErrorNvml(CountingNvml):
 
 
 class SlowThroughputNvml(CountingNvml):
-    """No PCIe byte counters anywhere, and nvmlDeviceGetPcieThroughput blocks like the
-    real one (which samples for 20 ms; here 0.2 s to make serial calls obvious)."""
+    """No PCIe byte counters anywhere, and nvmlDeviceGetPcieThroughput blocks like the real one
+    (which samples for 20 ms): here until `together` calls are in at once, or `delay_s` at most.
+    Calls made one after the other never get there (peak_active says how many overlapped)."""
 
-    delay_s = 0.2
+    delay_s = 5.0
+    together = 10
 
     def __init__(self, machine: SimMachine) -> None:
         super().__init__(machine)
         self.active = 0
         self.peak_active = 0
         self._active_lock = threading.Lock()
+        self._all_in = threading.Event()
 
     def nvmlDeviceGetFieldValues(self, handle: SimHandle, field_ids: list[int]) -> list[Any]:
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
@@ -142,8 +144,10 @@ class SlowThroughputNvml(CountingNvml):
         with self._active_lock:
             self.active += 1
             self.peak_active = max(self.peak_active, self.active)
+            if self.active >= self.together:
+                self._all_in.set()
         try:
-            time.sleep(self.delay_s)
+            self._all_in.wait(self.delay_s)
             return super().nvmlDeviceGetPcieThroughput(handle, counter)
         finally:
             with self._active_lock:
@@ -617,12 +621,9 @@ def test_pcie_per_field_error_falls_back_to_throughput(failing_field: int) -> No
 
 def test_pcie_fallback_calls_run_in_parallel() -> None:
     made = make_rig(SlowThroughputNvml)
-    started = time.perf_counter()
     samples = made.sample()
-    elapsed_s = time.perf_counter() - started
-    # 10 GPUs x 2 counters x 0.2 s = 4 s one after the other.
-    assert elapsed_s < 1.5
-    assert made.nvml.peak_active >= 10
+    # 10 GPUs x 2 counters: each call blocks until 10 are in at once, which one after the other never are
+    assert made.nvml.peak_active >= SlowThroughputNvml.together
     for index, sample in enumerate(samples):
         activity = made.machine.gpus[index].activity
         assert sample.pcie_tx_bytes_per_s == int(activity.pcie_tx_bytes_per_s / 1000) * 1000.0
