@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +29,9 @@ from gpumix.plan.planner import plan_to_json
 from gpumix.sim import job_model
 from gpumix.sim.rig import load_builtin_rig
 from gpumix.sim.world import World
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.waiting
+from tests.waiting import wait_until  # noqa: E402
 
 
 def ideal_step_s(rig_name: str, global_batch: int) -> float:
@@ -51,11 +55,7 @@ def run_summary(hub: Any, seconds: float) -> dict[str, float]:
 
 
 def wait(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    wait_until(predicate, timeout_s, what, poll_s=0.2)
 
 
 def main() -> None:
