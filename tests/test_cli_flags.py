@@ -117,6 +117,9 @@ def _sample(action: argparse.Action) -> tuple[list[str], object]:
     flag = action.option_strings[-1]
     if action.nargs == 0:
         return [flag], action.const
+    if action.choices:
+        choice = sorted(action.choices)[0]
+        return [flag, choice], choice
     convert = action.type or str
     for word in SAMPLE_WORDS:
         try:
@@ -332,3 +335,11 @@ def test_run_kill_grace_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(cli.signal, "signal", lambda *_: None)  # keep pytest's own Ctrl+C handler
     assert cli.main(["run", "--kill-grace", "2.5", "--", "true"]) == 0
     assert given["kill_grace_s"] == 2.5
+
+
+def test_demo_scenario_shows_its_finding() -> None:
+    result = run([*TOP, "--demo", "--scenario", "cpu-forwarding", "--once", "--json"])
+    assert result.returncode == 0, result.stderr
+    assert "cpu-forwarding" in {finding["id"] for finding in json.loads(result.stdout)["findings"]}
+    line = one_line_error(run([*TOOL, "hub", "--scenario", "cpu-forwarding"]))
+    assert "--demo or --sim" in line

@@ -15,7 +15,9 @@ from gpumix.cli.common import (
     MAX_POWER_W,
     OneLineParser,
     add_retention_flag,
+    add_scenario_flag,
     at_most,
+    check_scenario_flag,
     fail,
     positive_float,
 )
@@ -55,6 +57,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
     add_retention_flag(parser, own_hub_only=True)
+    add_scenario_flag(parser)
     add_record_flags(parser)
     add_hub_flags(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -89,6 +92,7 @@ def refuse_own_hub_flags(args: argparse.Namespace, why: str) -> None:
 
 def check_flags(args: argparse.Namespace) -> None:
     """Flags that cannot apply in the mode chosen are refused with one line, never dropped."""
+    check_scenario_flag(PROG, args)
     if args.json and not args.once:
         fail(PROG, "--json needs --once (the interactive monitor draws a screen)")
     if args.token_file and not any(auth.is_tcp(address) for address in args.hub or []):
@@ -136,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         history_minutes = args.history_minutes or DEFAULT_HISTORY_MINUTES
         retention_s = 60 * (args.retention_minutes or DEFAULT_RETENTION_MINUTES)
         node = start_node(hardware, socket_path, interval_s=args.interval, history_s=history_minutes * 60,
-                          rank_retention_s=retention_s,
+                          rank_retention_s=retention_s, scenario=args.scenario,
                           demo=args.demo, sample_in_thread=not args.once)
-    except (HubAlreadyRunning, OSError) as error:
+    except (HubAlreadyRunning, OSError, ValueError) as error:  # ValueError: an unusable --scenario
         fail(PROG, f"cannot start a hub on {socket_path}: {error}")
     recorder = None
     try:

@@ -130,3 +130,17 @@ def add_retention_flag(parser: argparse.ArgumentParser, own_hub_only: bool = Fal
     parser.add_argument("--retention-minutes", type=at_most(positive_float, MAX_RETENTION_MINUTES), metavar="MIN",
                         help=f"ranks and jobs gone this long leave the live view (default {DEFAULT_RETENTION_MINUTES:g};"
                              " a recording keeps them)" + ("; a hub of its own only" if own_hub_only else ""))
+
+
+SCENARIOS = ("cpu-forwarding", "data-parallel", "launch-bound", "mixed-precision", "uneven-memory")
+
+
+def add_scenario_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", choices=SCENARIOS, metavar="NAME",
+                        help="with --demo or --sim: show one field finding on purpose (docs/findings.md):"
+                             f" {', '.join(SCENARIOS)}")
+
+
+def check_scenario_flag(prog: str, args: argparse.Namespace) -> None:
+    if getattr(args, "scenario", None) and not (args.demo or args.sim):
+        fail(prog, "--scenario runs in the simulated world: add --demo or --sim RIG")

@@ -23,8 +23,10 @@ from gpumix.cli.common import (
     add_output_flags,
     add_retention_flag,
     add_rig_flags,
+    add_scenario_flag,
     at_most,
     check_rig_flags,
+    check_scenario_flag,
     fail,
     non_negative_float,
     positive_float,
@@ -147,6 +149,7 @@ def add_hub_parser(commands: Any) -> None:
     hub.add_argument("--power-budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
                      help="the machine's GPU power budget")
     add_retention_flag(hub)
+    add_scenario_flag(hub)
     add_tcp_flags(hub)
     add_access_flags(hub)
     add_record_flags(hub)
@@ -252,7 +255,6 @@ def with_demo_job(args: argparse.Namespace, hardware: Hardware, run: Callable[..
 
 def plan_command(args: argparse.Namespace) -> int:
     from gpumix.cli.plan import run_plan_command, wait_for_steps
-    from gpumix.hub.client import HubClient
 
     if not args.demo:
         return run_plan_command(args, HubClient(args.hub or default_hub_address()))
@@ -310,6 +312,7 @@ def run_hub(args: argparse.Namespace) -> int:
     from gpumix.hub.server import HubAlreadyRunning
 
     metrics_address = check_prometheus(PROG, args)
+    check_scenario_flag(PROG, args)
     resolve_record_flags(PROG, args)
     tcp, token, tls = tcp_settings(PROG, args)
     access = access_settings(PROG, args)
@@ -323,9 +326,9 @@ def run_hub(args: argparse.Namespace) -> int:
         socket_path = args.socket or unix_socket_path(default_hub_address())
         node = start_node(hardware, socket_path, interval_s=args.interval,
                           history_s=args.history_minutes * 60, demo=args.demo, tcp=tcp, token=token, tls=tls,
-                          access=access,
+                          access=access, scenario=args.scenario,
                           rank_retention_s=60 * (args.retention_minutes or DEFAULT_RETENTION_MINUTES))
-    except (HubAlreadyRunning, OSError) as error:
+    except (HubAlreadyRunning, OSError, ValueError) as error:  # ValueError: an unusable --scenario
         fail(PROG, f"cannot start a hub: {error}")
     recorder = metrics = None
     try:

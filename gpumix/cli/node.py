@@ -49,7 +49,8 @@ def demo_socket_path() -> str:
 def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, history_s: float = 600.0,
                demo: bool = False, sample_in_thread: bool = True, tcp: tuple[str, int] | None = None,
                token: str | None = None, tls: ssl.SSLContext | None = None,
-               access: UnixAccess | None = None, rank_retention_s: float = 600.0) -> Node:
+               access: UnixAccess | None = None, rank_retention_s: float = 600.0,
+               scenario: str | None = None) -> Node:
     """Start hub, server and (with demo) the demo job. Raises HubAlreadyRunning or OSError.
     `access`: who besides the owner may use the Unix socket (gpumix hub --allow-group/--allow-uid)."""
     hub = Hub(hardware, interval_s=interval_s, history_s=history_s, rank_retention_s=rank_retention_s)
@@ -57,7 +58,12 @@ def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, hi
     server.start()
     node = Node(hub=hub, server=server)
     try:
-        if demo and hardware.machine is not None:
+        if scenario is not None:  # one field finding on purpose, instead of the demo job (ScenarioError)
+            from gpumix.demo.scenarios import start_scenario
+
+            hub.tick()
+            start_scenario(hub, scenario)
+        elif demo and hardware.machine is not None:
             from gpumix.demo.job import DemoJob
 
             job = DemoJob(hub, hardware.machine, socket_path, rig_source=hardware.rig_source or "mixed-10")
