@@ -343,3 +343,25 @@ def test_demo_scenario_shows_its_finding() -> None:
     assert "cpu-forwarding" in {finding["id"] for finding in json.loads(result.stdout)["findings"]}
     line = one_line_error(run([*TOOL, "hub", "--scenario", "cpu-forwarding"]))
     assert "--demo or --sim" in line
+
+
+def test_power_config_reaches_the_hub_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
+    layout = tmp_path / "power.toml"
+    layout.write_text("""[power]
+headroom = 0.1
+[[power.circuits]]
+name = "wall"
+volts = 230
+amps = 10
+[[power.supplies]]
+name = "psu"
+rating_w = 1000
+circuit = "wall"
+board = true
+gpus = [0, 1]
+""")
+    result = run([*TOP, "--sim", "5070ti-x2", "--power-config", str(layout), "--once", "--json"])
+    assert result.returncode == 0, result.stderr
+    assert [supply["name"] for supply in json.loads(result.stdout)["power_layout"]["supplies"]] == ["psu"]
+    layout.write_text("[power]\nheadroom = -3\n")
+    assert str(layout) in one_line_error(run([*TOP, "--sim", "5070ti-x2", "--power-config", str(layout), "--once"]))

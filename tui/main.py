@@ -14,8 +14,10 @@ from gpumix.cli.common import (
     MAX_INTERVAL_S,
     MAX_POWER_W,
     OneLineParser,
+    add_power_config_flag,
     add_retention_flag,
     add_scenario_flag,
+    apply_power_config,
     at_most,
     check_scenario_flag,
     fail,
@@ -35,7 +37,7 @@ PROG = "gpumix-top"
 DEFAULT_HISTORY_MINUTES = 10.0
 # Flags that set up the hub gpumix-top starts for itself: refused where it starts none (--hub, an already
 # running hub, --replay) rather than dropped. (dest, flag)
-OWN_HUB_FLAGS = (("power_budget", "--power-budget"), ("history_minutes", "--history-minutes"),
+OWN_HUB_FLAGS = (("power_budget", "--power-budget"), ("power_config", "--power-config"), ("history_minutes", "--history-minutes"),
                  ("retention_minutes", "--retention-minutes"),
                  ("record", "--record"), ("record_max_size", "--record-max-size"))
 
@@ -58,6 +60,7 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--json", action="store_true", help="with --once: the snapshot as JSON")
     add_retention_flag(parser, own_hub_only=True)
     add_scenario_flag(parser)
+    add_power_config_flag(parser)
     add_record_flags(parser)
     add_hub_flags(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, str(error))
     if args.power_budget:
         hardware.power_budget_w = args.power_budget
+    apply_power_config(PROG, args, hardware)
     socket_path = demo_socket_path() if simulated else default_hub_address()
     try:
         history_minutes = args.history_minutes or DEFAULT_HISTORY_MINUTES

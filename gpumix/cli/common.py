@@ -144,3 +144,21 @@ def add_scenario_flag(parser: argparse.ArgumentParser) -> None:
 def check_scenario_flag(prog: str, args: argparse.Namespace) -> None:
     if getattr(args, "scenario", None) and not (args.demo or args.sim):
         fail(prog, "--scenario runs in the simulated world: add --demo or --sim RIG")
+
+
+def add_power_config_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--power-config", metavar="FILE",
+                        help="the machine's power supplies and wall circuits (TOML, docs/power.md): fits and findings"
+                             " respect every one")
+
+
+def apply_power_config(prog: str, args: argparse.Namespace, hardware: Any) -> None:
+    """--power-config FILE into the hardware's layout; one line if the file cannot be used."""
+    if not getattr(args, "power_config", None):
+        return
+    from gpumix.power.supplies import LayoutError, load_layout
+
+    try:
+        hardware.power_layout = load_layout(args.power_config, len(hardware.backend.gpus())).to_json()
+    except LayoutError as error:
+        fail(prog, str(error))

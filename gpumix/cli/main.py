@@ -21,9 +21,11 @@ from gpumix.cli.common import (
     MAX_POWER_W,
     OneLineParser,
     add_output_flags,
+    add_power_config_flag,
     add_retention_flag,
     add_rig_flags,
     add_scenario_flag,
+    apply_power_config,
     at_most,
     check_rig_flags,
     check_scenario_flag,
@@ -150,6 +152,7 @@ def add_hub_parser(commands: Any) -> None:
                      help="the machine's GPU power budget")
     add_retention_flag(hub)
     add_scenario_flag(hub)
+    add_power_config_flag(hub)
     add_tcp_flags(hub)
     add_access_flags(hub)
     add_record_flags(hub)
@@ -322,6 +325,7 @@ def run_hub(args: argparse.Namespace) -> int:
         fail(PROG, str(error))
     if args.power_budget:
         hardware.power_budget_w = args.power_budget
+    apply_power_config(PROG, args, hardware)
     try:
         socket_path = args.socket or unix_socket_path(default_hub_address())
         node = start_node(hardware, socket_path, interval_s=args.interval,

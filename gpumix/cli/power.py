@@ -110,9 +110,10 @@ def run_power(args: argparse.Namespace, source: PowerSource) -> int:
         return 0
     request: dict[str, Any] = {"type": "power", "action": args.action, "dry_run": args.dry_run}
     if args.action == "fit":
-        budget = args.budget or read_snapshot(source).get("power_budget_w")
-        if not budget:
-            fail(PROG, "power fit needs --budget WATTS (this rig names none)")
+        snapshot = read_snapshot(source)
+        budget = args.budget or snapshot.get("power_budget_w")
+        if not budget and not snapshot.get("power_layout"):  # supplies and circuits are budgets too
+            fail(PROG, "power fit needs --budget WATTS (this machine names no budget, supplies or circuits)")
         request["budget_w"] = budget
     else:
         request["gpus"] = [args.gpu]
