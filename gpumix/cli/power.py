@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from gpumix.advice.advisor import AdvisorSettings, exit_code, findings
 from gpumix.cli.common import (
@@ -21,7 +21,7 @@ from gpumix.cli.common import (
 )
 from gpumix.hub.core import Hub
 from gpumix.hw.hardware import Hardware
-from gpumix.wire.snapshot_types import Snapshot
+from gpumix.wire.snapshot_types import Snapshot, Source
 
 PROG = "gpumix"
 
@@ -58,12 +58,8 @@ def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(f"argument --budget: only `gpumix power fit` takes a budget, not `{args.action}`")
 
 
-class PowerSource(Protocol):
-    """Where power and doctor read and act: the running hub (a HubClient), or one in this process."""
-
-    def snapshot(self) -> Snapshot | None: ...
-
-    def control(self, request: dict[str, Any]) -> dict[str, Any]: ...
+# Where power and doctor read and act: the running hub (a HubClient), or one in this process.
+PowerSource = Source
 
 
 def local_source(hardware: Hardware, settle_s: float = 0.0) -> Hub:
