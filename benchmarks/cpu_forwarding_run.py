@@ -38,10 +38,15 @@ def live_ranks(client: HubClient) -> list[dict[str, Any]]:
 
 
 def reporting(client: HubClient, min_step: int) -> bool:
-    """Both ranks past the warm-up, with a communication share and compute time measured."""
+    """Both ranks past the warm-up, with a step time and a communication share measured (compute_s
+    may be 0: a step that is all exposed communication)."""
     ranks = live_ranks(client)
     return (len(ranks) == 2 and all((r.get("step") or 0) >= min_step and r.get("comm_share") is not None
-                                    and r.get("compute_s") for r in ranks))
+                                    and r.get("step_time_s") for r in ranks))
+
+
+def stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(f"signal {signum}")  # the finally below stops the job and writes what was seen
 
 
 def main() -> None:
@@ -50,9 +55,11 @@ def main() -> None:
     parser.add_argument("--label", required=True)
     parser.add_argument("--min-step", type=int, default=150, help="steps before doctor is asked")
     parser.add_argument("--settle", type=float, default=4.0, help="seconds of readings after --min-step")
+    parser.add_argument("--wait", type=float, default=40.0, help="seconds to wait for both ranks reporting")
     parser.add_argument("--out", required=True)
     parser.add_argument("job", nargs=argparse.REMAINDER, help="-- then examples/ddp_train.py's arguments")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     job_args = args.job[1:] if args.job[:1] == ["--"] else args.job
     env = {**os.environ, "GPUMIX_HUB": args.hub, "NCCL_NVLS_ENABLE": "0"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -62,7 +69,8 @@ def main() -> None:
     result: dict[str, Any] = {"label": args.label, "command": command,
                               "nccl_p2p_disable": os.environ.get("NCCL_P2P_DISABLE")}
     try:
-        wait_until(lambda: reporting(client, args.min_step), 180, "both ranks reporting", poll_s=0.5)
+        if not wait_until(lambda: reporting(client, args.min_step), args.wait, poll_s=0.5):
+            result["not_reporting"] = f"both ranks did not report within {args.wait:.0f} s"
         time.sleep(args.settle)  # a few of the agent's once-a-second DDP timer readings
         doctor = subprocess.run([sys.executable, "-m", "gpumix.cli.main", "doctor", "--json", "--hub", args.hub],
                                 capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -73,10 +81,11 @@ def main() -> None:
         result["gpus"] = [{k: g.get(k) for k in GPU_KEYS} for g in snapshot.get("gpus", [])]
         result["host"] = snapshot.get("host")
         result["run"] = snapshot.get("run")
+        result["snapshot"] = snapshot  # the whole of it: the advisor can be run on it again offline
     finally:
         os.killpg(job.pid, signal.SIGTERM)
         try:
-            job.wait(timeout=30)
+            job.wait(timeout=10)
         except subprocess.TimeoutExpired:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()

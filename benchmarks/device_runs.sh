@@ -11,6 +11,12 @@
 #   i17a (issue 17): `gpumix probe` on both GPUs (pairs, the all-reduce floor with and without
 #      NCCL_P2P_DISABLE=1), the CPU-forwarding finding on real ranks (doctor attached to a hub, a DDP
 #      job over SHM then over NVLink), full split sweeps at granularity 64 over NVLink and over SHM.
+#   i17c (issue 17, the second call, after i17a's jobs failed to import gpumix.agent from the
+#      checkout): the CPU-forwarding runs again, then short full sweeps (10 steps a split) over
+#      NVLink and over SHM, as far as $STOP_AT (seconds since the part began) allows.
+#   i17d (issue 17, the third call: i17c's runs waited for a compute time that a step of all
+#      exposed communication reports as 0, and their timeout left the jobs running): the
+#      CPU-forwarding runs alone.
 #   i17b (issue 17): re-planning the slowed GPU over NVLink and over SHM, splits tried: $TRY_NVLINK,
 #      $TRY_SHM (the sweeps' best), then the auto re-plan if AUTO=1.
 # Wheels for what the machine lacks go in .whl/ (see docs/benchmarks.md).
@@ -86,6 +92,35 @@ elif [ "$PART" = i17a ]; then
       --shares $SHARES --out "$OUT/sweep_2xh200_nvlink.json"
   NCCL_P2P_DISABLE=1 LIMIT=200 step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py \
       --shares $SHARES --out "$OUT/sweep_2xh200_shm.json"
+elif [ "$PART" = i17c ]; then
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  # installed, agent/ is gpumix.agent (pyproject's package-dir); from a bare checkout it needs this link
+  [ -e gpumix/agent ] || ln -s ../agent gpumix/agent
+  python3 -m gpumix.cli.main hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
+  HUB=$!; sleep 2
+  NCCL_P2P_DISABLE=1 LIMIT=60 step python3 benchmarks/cpu_forwarding_run.py --hub /tmp/gpumix-hub.sock --label shm \
+      --out "$OUT/forwarding_2xh200_shm.json" -- --width 8192 --batch 256 --nccl-probe
+  LIMIT=50 step python3 benchmarks/cpu_forwarding_run.py --hub /tmp/gpumix-hub.sock --label nvlink \
+      --out "$OUT/forwarding_2xh200_nvlink.json" -- --width 8192 --batch 256 --nccl-probe
+  kill $HUB
+  SHARES=0.0625,0.125,0.1875,0.25,0.3125,0.375,0.4375,0.5,0.5625,0.625,0.6875,0.75,0.8125,0.875,0.9375
+  for transport in nvlink shm; do
+    left=$(( ${STOP_AT:-160} - SECONDS )); [ $left -gt 20 ] || break
+    [ $transport = shm ] && export NCCL_P2P_DISABLE=1
+    LIMIT=$left step python3 -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/split_sweep.py \
+        --shares $SHARES --steps 10 --isolated 2 --out "$OUT/sweep_2xh200_$transport.json"
+  done
+  unset NCCL_P2P_DISABLE
+elif [ "$PART" = i17d ]; then
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  [ -e gpumix/agent ] || ln -s ../agent gpumix/agent  # as in i17c
+  python3 -m gpumix.cli.main hub --socket /tmp/gpumix-hub.sock --interval 0.5 >>"$LOG" 2>&1 &
+  HUB=$!; sleep 2
+  NCCL_P2P_DISABLE=1 LIMIT=55 step python3 benchmarks/cpu_forwarding_run.py --hub /tmp/gpumix-hub.sock --label shm \
+      --wait 35 --min-step 100 --out "$OUT/forwarding_2xh200_shm.json" -- --width 8192 --batch 256 --nccl-probe
+  LIMIT=55 step python3 benchmarks/cpu_forwarding_run.py --hub /tmp/gpumix-hub.sock --label nvlink \
+      --wait 35 --min-step 100 --out "$OUT/forwarding_2xh200_nvlink.json" -- --width 8192 --batch 256 --nccl-probe
+  kill $HUB
 elif [ "$PART" = i17b ]; then
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
   LIMIT=270 step python3 benchmarks/bench_replan_gpu.py --window 6 --try "${TRY_NVLINK:-768}" --out "$OUT/replan_2xh200_nvlink.json"
