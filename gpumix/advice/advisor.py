@@ -22,6 +22,7 @@ __all__ = ["SEVERITY_RANK", "AdvisorSettings", "Finding", "exit_code", "findings
 DEFAULT_4090_P2P_MIN_DRIVER = "525.60.11"
 COMM_SHARE_COSTLY = 0.30
 LINK_SHARE_BUSY = 0.70
+PER_RANK_NCCL_VARS = {"NCCL_DEBUG_FILE"}  # one log per rank by design (the agent's transport probe sets it)
 SHARED_TOPOLOGY = {"BOARD", "PIX", "PXB", "PHB"}  # closer than the system interconnect
 
 
@@ -99,7 +100,8 @@ def _nccl_env(snapshot: dict[str, Any], settings: AdvisorSettings) -> list[Findi
     for rank in ranks:
         by_job.setdefault(rank.get("job"), []).append(rank)
     for job, members in by_job.items():
-        keys = sorted({k for r in members for k in r.get("env", {}) if k.startswith("NCCL_")})
+        keys = sorted({k for r in members for k in r.get("env", {})
+                       if k.startswith("NCCL_") and k not in PER_RANK_NCCL_VARS})
         differing = [k for k in keys if len({r.get("env", {}).get(k) for r in members}) > 1]
         if differing:
             detail = "; ".join(f"{k}: " + ", ".join(f"rank {r['rank']}={r.get('env', {}).get(k, 'unset')}" for r in members)
@@ -220,7 +222,8 @@ def _cpu_forwarding(snapshot: dict[str, Any]) -> list[Finding]:
         p2p_off = any(r.get("env", {}).get("NCCL_P2P_DISABLE") == "1" for r in members)
         through_host = shm_seen or p2p_off or (links and all(link["read"] != "OK" for link in links))
         # The slowest rank waits for no one: its communication is the all-reduce's exposed time.
-        slowest = max((r for r in members if r.get("compute_s") and r.get("step_time_s")),
+        # compute_s 0 is a figure (a step all exposed communication and data wait, as on real SHM ranks)
+        slowest = max((r for r in members if r.get("compute_s") is not None and r.get("step_time_s")),
                       key=lambda r: r["compute_s"], default=None)
         if not through_host or len(members) < 2 or slowest is None or slowest.get("comm_share") is None:
             continue
