@@ -84,7 +84,31 @@ def text_summary(snapshot: dict[str, Any]) -> str:
             f" {fmt.power_draw_cap(gpu['power_w'], gpu['power_cap_w']):>10} {fmt.celsius(gpu['temperature_c']):>4}"
             f" pcie {link_label(gpu):<10} rx {fmt.rate(gpu['pcie_rx_bytes_per_s']):>5}/s tx {fmt.rate(gpu['pcie_tx_bytes_per_s']):>5}/s"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + training_summary(snapshot))
+
+
+ONCE_MAX_RANKS = 64  # a script wants the picture, not 4096 rows: the JSON has them all
+
+
+def training_summary(snapshot: dict[str, Any]) -> list[str]:
+    """The run, its ranks and the advisor's findings, after the GPU lines of `--once`."""
+    from gpumix.tui import format as fmt
+    from gpumix.tui.panels import run_line
+
+    lines = ["run:" + run_line(snapshot).replace("\n", "\n    ")]
+    ranks = [rank for rank in snapshot.get("ranks") or [] if isinstance(rank, dict)]
+    for rank in ranks[:ONCE_MAX_RANKS]:
+        flags = (" straggler" if rank.get("straggler") else "") + ("" if rank.get("connected", True) else " gone")
+        lines.append(f"  rank {fmt.plain(rank.get('job') or '-')}/{fmt.plain(rank.get('rank'))}"
+                     f" step {fmt.plain(rank.get('step'))} {fmt.fixed(rank.get('step_time_s'), 3)}s"
+                     f" {fmt.fixed(rank.get('samples_per_s'))} samples/s{flags}")
+    if len(ranks) > ONCE_MAX_RANKS:
+        lines.append(f"  +{len(ranks) - ONCE_MAX_RANKS} more ranks (--json has them all)")
+    findings = [f for f in snapshot.get("findings") or [] if isinstance(f, dict)]
+    lines.append(f"findings: {len(findings) or 'none'}")
+    for finding in findings:
+        lines.append(f"  {fmt.plain(finding.get('severity'))}: {fmt.plain(finding.get('title'), max_chars=200)}")
+    return lines
 
 
 def refuse_own_hub_flags(args: argparse.Namespace, why: str) -> None:

@@ -31,11 +31,17 @@ def title_line(snapshot: dict[str, Any]) -> str:
     )
 
 
+def stale_line(age_s: float, reason: str | None) -> str:
+    """The title while no snapshot comes: how long, and why (the client's last error)."""
+    why = f" · {fmt.plain(reason, max_chars=200)}" if reason else ""
+    return f"hub lost — reconnecting ({age_s:.0f} s){why}"
+
+
 def run_line(snapshot: dict[str, Any]) -> str:
     """The training run at a glance: its pace and who holds it back."""
     run = snapshot.get("run")
     if not run:
-        return " no training ranks reporting (add gpumix.agent.start() to the training script)"
+        return no_run_line(snapshot.get("jobs") or {})
     # stragglers are rank numbers within the run's own job: look them up there (several jobs may report)
     ranks = {rank["rank"]: rank for rank in snapshot["ranks"] if rank.get("job") == run.get("job")
              and (run.get("job") is not None or rank.get("run_id") == run.get("run_id"))}
@@ -65,6 +71,23 @@ def efficiency_field(run: dict[str, Any]) -> str:
     others = [f"{name} {fmt.number(eff.get(key)) * 100:.0f} %" for name, key in
               (("equal", "equal_split_share"), ("fast tier", "fast_tier_only_share")) if fmt.number(eff.get(key)) is not None]
     return f" · {share * 100:.0f} % of Σ GPUs" + (f" ({', '.join(others)})" if others else "")
+
+
+WAITING_STATES = ("starting", "running", "stopping", "relaunching")  # a supervised job whose ranks are not up yet
+
+
+def no_run_line(jobs: dict[str, Any]) -> str:
+    """No rank reports: say what is true. A job under `gpumix run` that is starting or relaunching
+    has no ranks yet; only without any such job is the agent missing."""
+    for name, status in jobs.items():
+        if isinstance(status, dict) and status.get("state") in WAITING_STATES:
+            why = fmt.plain(status.get("message") or status.get("state"), max_chars=120)
+            return f" {fmt.plain(name)}: waiting for the job's first steps ({why})"
+    for name, status in jobs.items():
+        if isinstance(status, dict) and status.get("state"):
+            return f" {fmt.plain(name)}: {fmt.plain(status.get('state'))}, no ranks reporting" \
+                   f" ({fmt.plain(status.get('message') or '', max_chars=120)})"
+    return " no training ranks reporting (add gpumix.agent.start() to the training script)"
 
 
 def power_line(snapshot: dict[str, Any]) -> str:

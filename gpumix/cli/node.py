@@ -5,10 +5,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shutil
 import ssl
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpumix.hub.core import Hub
 from gpumix.hub.server import HubServer
@@ -29,6 +33,11 @@ class Node:
         if self.server is not None:
             self.server.stop()
         self.hub.stop()
+        if self.demo is not None:  # the demo's files are its own: none is left behind
+            shutil.rmtree(self.demo.supervisor.folder, ignore_errors=True)
+            if self.server is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.server.socket_path)
 
     def wait_for_ranks(self, count: int, timeout_s: float) -> bool:
         """Until `count` ranks have reported a step (for --once with the demo)."""
@@ -44,6 +53,37 @@ class Node:
 def demo_socket_path() -> str:
     """The demo gets a socket of its own: it never takes the place of a real hub."""
     return str(runtime_dir() / f"demo-{os.getpid()}.sock")
+
+
+# What a demo leaves in the runtime dir while it runs: its socket and its supervisor's folder.
+DEMO_LEFTOVER = re.compile(r"demo-(\d+)\.sock|run-demo-(\d+)")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process, or no pid at all
+        return pid < 2**22
+    return True
+
+
+def sweep_demo_leftovers(folder: Path) -> list[str]:
+    """Remove what demos that ended without cleaning up (killed, the terminal closed) left in
+    `folder`: sockets and folders named after a process that no longer runs. Returns their names."""
+    removed = []
+    for entry in folder.iterdir():
+        match = DEMO_LEFTOVER.fullmatch(entry.name)
+        if match is None or _alive(int(match.group(1) or match.group(2))):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed.append(entry.name)
+    return removed
 
 
 def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, history_s: float = 600.0,
@@ -65,6 +105,8 @@ def start_node(hardware: Hardware, socket_path: str, interval_s: float = 1.0, hi
             start_scenario(hub, scenario)
         elif demo and hardware.machine is not None:
             from gpumix.demo.job import DemoJob
+
+            sweep_demo_leftovers(runtime_dir())
 
             job = DemoJob(hub, hardware.machine, socket_path, rig_source=hardware.rig_source or "mixed-10")
             job.start()
