@@ -21,13 +21,18 @@ def screen_text(app: App) -> str:
     return "\n".join(line.rstrip() for line in console.export_text().splitlines())
 
 
-def assert_matches_snapshot(text: str, name: str) -> None:
-    """Compare with tests/snapshots/NAME.txt; UPDATE_SNAPSHOTS=1 rewrites it."""
-    path = SNAPSHOTS / f"{name}.txt"
-    if os.environ.get("UPDATE_SNAPSHOTS") or not path.exists():
+UPDATE_ENV = "GPUMIX_UPDATE_SNAPSHOTS"  # set to 1 to (re)write the expected screens, on purpose
+
+
+def assert_matches_snapshot(text: str, name: str, folder: Path = SNAPSHOTS) -> None:
+    """Compare with FOLDER/NAME.txt. A missing snapshot fails (it never writes itself); only
+    GPUMIX_UPDATE_SNAPSHOTS=1 writes it, as a separate, deliberate run whose result is committed."""
+    path = folder / f"{name}.txt"
+    if os.environ.get(UPDATE_ENV) == "1":
         path.write_text(text + "\n")
+    assert path.exists(), f"no snapshot {path}: run with {UPDATE_ENV}=1 to write it, look at it, commit it:\n{text}"
     expected = path.read_text().rstrip("\n")
-    assert text == expected, f"screen differs from {path} (UPDATE_SNAPSHOTS=1 to accept):\n{text}"
+    assert text == expected, f"screen differs from {path} ({UPDATE_ENV}=1 to accept):\n{text}"
 
 
 async def started(pilot, app: App, tries: int = 50) -> None:
