@@ -132,6 +132,7 @@ def test_a_full_hub_makes_room_from_its_oldest_gone_ranks(demo_hub: Hub, clock: 
     for run in range(2):  # two finished jobs fill the hub with gone ranks
         for rank in range(4):
             key = demo_hub.agent_hello(hello(rank, job=f"done-{run}", pid=10 * run + rank))
+            steps(demo_hub, key, count=1)  # a rank that reported nothing is forgotten at once
             demo_hub.agent_gone(key)
             clock.advance(1.0)
     assert len(demo_hub.snapshot()["ranks"]) == 8
@@ -391,3 +392,26 @@ def test_absurd_numbers_are_dropped_field_by_field_and_counted(demo_hub: Hub) ->
     assert fake["samples_per_s"] == pytest.approx(32 / 0.5) and not fake["straggler"]
     assert snapshot["run"]["samples_per_s"] == pytest.approx(3 * 32 / 0.5)
     assert snapshot["run"]["stragglers"] == []
+
+
+def test_a_rank_that_said_only_hello_is_forgotten_when_it_goes(demo_hub: Hub) -> None:
+    """A stream of hello-and-close connections (a fuzzer, a crashing script) must not pile up rows."""
+    key = demo_hub.agent_hello(hello(0, job="silent", pid=7))
+    assert rows(demo_hub, job="silent")
+    demo_hub.agent_gone(key)
+    assert not rows(demo_hub, job="silent")
+    spoke = demo_hub.agent_hello(hello(0, job="spoke", pid=8))
+    steps(demo_hub, spoke, count=1)
+    demo_hub.agent_gone(spoke)
+    assert rows(demo_hub, job="spoke")[0]["connected"] is False  # it reported: shown gone
+
+
+def test_gone_ranks_in_view_are_bounded_oldest_first(demo_hub: Hub, clock: ManualClock,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hub_core, "MAX_GONE_RANKS", 3)
+    for run in range(5):
+        key = demo_hub.agent_hello(hello(0, job=f"short-{run}", pid=100 + run))
+        steps(demo_hub, key, count=1)
+        demo_hub.agent_gone(key)
+        clock.advance(1.0)
+    assert sorted(r["job"] for r in demo_hub.snapshot()["ranks"]) == ["short-2", "short-3", "short-4"]

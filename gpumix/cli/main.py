@@ -35,6 +35,7 @@ from gpumix.cli.common import (
     positive_int,
 )
 from gpumix.cli.hardware import open_hardware
+from gpumix.cli.logs import log_to_stderr_in_background
 from gpumix.cli.plan import add_plan_parser, check_plan_flags
 from gpumix.cli.power import (
     add_power_parser,
@@ -341,6 +342,7 @@ def run_hub(args: argparse.Namespace) -> int:
     except SystemExit:
         node.stop()
         raise
+    logs = log_to_stderr_in_background()
     stop = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signal_number, lambda *_: stop.set())
@@ -356,6 +358,7 @@ def run_hub(args: argparse.Namespace) -> int:
         node.stop()
         if recorder is not None:
             recorder.close()  # after the hub: its last tick is in the file
+        logs.stop()
     return 0
 
 

@@ -36,6 +36,9 @@ RankKey = tuple[str | None, str | None, int, int]  # an agent's connection: its 
 RANK_RETENTION_S = 600.0  # a gone rank or job stays in view this long (the recorder keeps it for good)
 MAX_RANKS = 4096  # ranks held, live and gone: gone ones make room first
 MAX_RANKS_PER_JOB = 1024
+# Gone ranks kept in the live view at most (oldest forgotten first): a stream of short-lived connections
+# must not grow every snapshot's merge; the recording keeps them all.
+MAX_GONE_RANKS = 256
 MAX_JOBS = 64  # supervisors' statuses held (the oldest goes first)
 DETAIL_RANKS = 256  # ranks whose env, versions, transport, losses and points a snapshot carries
 SUPERVISOR_TIMEOUT_S = 5.0  # a supervisor polls every half second
@@ -399,7 +402,17 @@ class Hub:
             if not stream.connections:
                 stream.connected = False
                 stream.gone_since_s = self._clock()
+                if not stream.steps and not stream.points:  # it said hello and nothing else: nothing to show
+                    self._drop(key[:3])  # type: ignore[arg-type]
+                else:
+                    self._bound_gone()
             self._ranks_changed = True
+
+    def _bound_gone(self) -> None:
+        gone = [stream for stream in self._ranks.values() if not stream.connected]
+        for _ in range(len(gone) - MAX_GONE_RANKS):
+            self._evict_oldest_gone(gone)
+            gone = [stream for stream in gone if (stream.job, stream.run_id, stream.rank) in self._ranks]
 
     def forget_rank(self, key: RankKey) -> None:
         with self._lock:
