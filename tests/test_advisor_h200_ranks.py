@@ -42,6 +42,17 @@ def test_ranks_whose_step_is_all_exposed_communication_are_evidence() -> None:
     assert found[0].severity == "error" and found[0].gpus == [0, 1]
 
 
+def test_p2p_that_works_turned_off_is_the_bottleneck_and_on_is_quiet() -> None:
+    # as measured: NVLink (NVML reads P2P OK), NCCL_P2P_DISABLE=1, SHM's all-reduce 77 % of the step,
+    # and no link near its limit (62-63 % while communicating): the host path is a setting
+    found = [f for f in findings(recorded("shm")) if f.id == "cpu-forwarding"]
+    assert len(found) == 1 and found[0].gpus == [0, 1] and found[0].severity == "error"
+    assert "(77 %, rank 0" in found[0].evidence and "yet P2P reads OK between GPUs 0, 1" in found[0].evidence
+    assert "paced by" not in found[0].evidence  # no link is at its limit: it would name the wrong cause
+    assert found[0].fix.startswith("Let NCCL use P2P: unset NCCL_P2P_DISABLE")
+    assert "cpu-forwarding" not in ids(recorded("nvlink"))  # the same job with P2P on
+
+
 def test_a_per_rank_nccl_debug_file_is_no_disagreement() -> None:
     for label in ("shm", "nvlink"):
         snapshot = recorded(label)

@@ -209,6 +209,13 @@ def _link_shares_while_communicating(ranks: list[dict[str, Any]], gpus: dict[str
     return shares
 
 
+def _p2p_works_between(links: list[dict[str, Any]], indices: list[int]) -> bool:
+    """Every pair of these GPUs reads P2P OK (NVML), so the host path was a setting, not the hardware."""
+    ok = {frozenset((link["gpu_a"], link["gpu_b"])) for link in links or [] if link.get("read") == "OK"}
+    pairs = [frozenset((a, b)) for n, a in enumerate(indices) for b in indices[n + 1:]]
+    return bool(pairs) and all(pair in ok for pair in pairs)
+
+
 def _cpu_forwarding(snapshot: dict[str, Any]) -> list[Finding]:
     """From evidence, never from the host's CPU load: the all-reduce goes through host memory, its exposed
     time is a large share of the step, and a link (or host memory) runs near its limit while it does."""
@@ -236,13 +243,18 @@ def _cpu_forwarding(snapshot: dict[str, Any]) -> list[Finding]:
         host = snapshot.get("host") or {}
         host_share = host.get("memory_bandwidth_share")  # where the hub knows host memory's limit
         host_busy = isinstance(host_share, int | float) and host_share >= LINK_SHARE_BUSY
-        if not shares or (max(shares.values()) < LINK_SHARE_BUSY and not host_busy):
-            continue
         in_job = [gpus[r["gpu_uuid"]] for r in members if r.get("gpu_uuid") in gpus]
+        link_busy = bool(shares) and max(shares.values()) >= LINK_SHARE_BUSY
+        # P2P that works, not used: the host path is the bottleneck by choice (two H200s on NVLink with
+        # NCCL_P2P_DISABLE=1: SHM's own 27 GB/s, no link or host memory near its limit, 77 % exposed)
+        p2p_works = _p2p_works_between(links, [g["index"] for g in in_job])
+        if not shares or not (link_busy or host_busy or p2p_works):
+            continue
         # What paces it: the links at their limit while communicating; with none (host memory is
-        # the limit), the slowest links, which every GPU's share of the ring waits for.
+        # the limit), the slowest links, which every GPU's share of the ring waits for; with P2P
+        # working, the host path itself, which every GPU of the job waits for.
         pacing = sorted(i for i, s in shares.items() if s >= LINK_SHARE_BUSY)
-        if not pacing:
+        if not pacing and (host_busy or not p2p_works):
             slowest_rate = min((rate for g in in_job if (rate := _link_rate(g))), default=None)
             pacing = sorted(g["index"] for g in in_job if slowest_rate and _link_rate(g) == slowest_rate)
         how = "NCCL's SHM transport seen by the probe" if shm_seen else (
@@ -258,12 +270,16 @@ def _cpu_forwarding(snapshot: dict[str, Any]) -> list[Finding]:
             evidence += f"; host memory at {100 * host_share:.0f} % of its bandwidth"
         if paced:
             evidence += f"; paced by the link{'s' if len(pacing) > 1 else ''} of {paced}"
-        found.append(Finding(
-            "cpu-forwarding", "error" if share >= 2 * COMM_SHARE_COSTLY else "warning",
-            "All-reduce forwarded through the CPU is the bottleneck", evidence,
-            "Fewer, larger gradient buckets (DDP bucket_cap_mb), gradient accumulation (fewer all-reduces"
-            " per sample), a compression hook (PowerSGD), wider CPU-attached slots for the slow links"
-            " (or leave their GPUs out); and re-plan the batch split so fast cards do not wait.", pacing))
+        fix = ("Fewer, larger gradient buckets (DDP bucket_cap_mb), gradient accumulation (fewer all-reduces"
+               " per sample), a compression hook (PowerSGD), wider CPU-attached slots for the slow links"
+               " (or leave their GPUs out); and re-plan the batch split so fast cards do not wait.")
+        if p2p_works:
+            evidence += f"; yet P2P reads OK between GPUs {', '.join(str(g['index']) for g in in_job)}"
+            fix = ("Let NCCL use P2P: unset NCCL_P2P_DISABLE (P2P reads OK here; `gpumix probe` checks its copies"
+                   " byte for byte and measures the all-reduce both ways). " + fix)
+        found.append(Finding("cpu-forwarding", "error" if share >= 2 * COMM_SHARE_COSTLY else "warning",
+                             "All-reduce forwarded through the CPU is the bottleneck", evidence, fix,
+                             pacing or sorted(g["index"] for g in in_job)))
     return found
 
 
