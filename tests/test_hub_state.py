@@ -415,3 +415,19 @@ def test_gone_ranks_in_view_are_bounded_oldest_first(demo_hub: Hub, clock: Manua
         demo_hub.agent_gone(key)
         clock.advance(1.0)
     assert sorted(r["job"] for r in demo_hub.snapshot()["ranks"]) == ["short-2", "short-3", "short-4"]
+
+
+def test_a_ratio_of_tiny_compute_times_is_no_straggler() -> None:
+    """On 2xH200 over NVLink one rank reported 0.001 s of compute against 0 s: no one waits for a millisecond."""
+    from gpumix.hub.ranks import mark_stragglers
+
+    def row(rank: int, compute_s: float, step_s: float = 0.015) -> dict[str, Any]:
+        return {"rank": rank, "job": "j", "run_id": "r", "connected": True, "compute_s": compute_s,
+                "step_time_s": step_s}
+
+    tiny = [row(0, 0.001), row(1, 0.0)]
+    mark_stragglers(tiny)
+    assert [r["straggler"] for r in tiny] == [False, False]
+    real = [row(0, 0.5, 0.6), row(1, 0.2, 0.6), row(2, 0.2, 0.6)]
+    mark_stragglers(real)
+    assert [r["straggler"] for r in real] == [True, False, False]

@@ -18,7 +18,8 @@ from gpumix.wire.snapshot_types import (
 
 STEPS_KEPT = 120  # per rank, for medians and the loss sparkline
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter
-STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggler
+STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggler...
+STRAGGLER_MIN_STEP_SHARE = 0.05  # ...and above it by this share of its step (1 ms against 0 is noise)
 POINTS_KEPT = 8  # operating points of a rank's earlier processes (its splits before re-plans)
 POINT_MAX_AGE_S = 900.0  # an older point may be from another load on the GPU: the planner skips it
 LOSS_HISTORY_KEPT = 60  # loss values in a rank's summary (the sparkline)
@@ -276,8 +277,10 @@ def mark_stragglers(ranks: list[dict[str, Any]]) -> None:
         computes = [r["compute_s"] for r in members if r["compute_s"] is not None and r["connected"]]
         median = statistics.median(computes) if len(computes) >= 2 else None
         for rank in members:
-            rank["straggler"] = bool(median and rank["connected"] and rank["compute_s"] is not None
-                                     and rank["compute_s"] > STRAGGLER_RATIO * median)
+            rank["straggler"] = bool(median is not None and rank["connected"] and rank["compute_s"] is not None
+                                     and rank["compute_s"] > STRAGGLER_RATIO * median
+                                     # a ratio of tiny times is noise: the excess must cost a share of the step
+                                     and rank["compute_s"] - median > STRAGGLER_MIN_STEP_SHARE * (rank["step_time_s"] or 0))
 
 
 def run_summary(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
