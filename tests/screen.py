@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 from pathlib import Path
@@ -35,10 +36,11 @@ def assert_matches_snapshot(text: str, name: str, folder: Path = SNAPSHOTS) -> N
     assert text == expected, f"screen differs from {path} ({UPDATE_ENV}=1 to accept):\n{text}"
 
 
-async def started(pilot, app: App, tries: int = 50) -> None:
-    """Wait (tries x 20 ms) until the app has rendered its first snapshot."""
-    for _ in range(tries):
-        if getattr(app, "renders", 0):
-            break
+async def started(pilot, app: App, deadline_s: float = 20.0, tries: int | None = None) -> None:
+    """Wait (up to deadline_s, a shared box can be slow) until the app has rendered its first snapshot.
+    `tries` is the old spelling (x 20 ms); the deadline is never shorter than deadline_s."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not getattr(app, "renders", 0) and loop.time() < end:
         await pilot.pause(0.02)
     assert getattr(app, "renders", 0), "the app never rendered a snapshot"

@@ -8,10 +8,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gpumix.tui import format as fmt
+from gpumix.tui.snapshot_view import SnapshotView
 
 SEVERITY_MARK = {"error": "✖ ERROR", "warning": "▲ WARN", "info": "• info"}
 
@@ -46,7 +46,7 @@ def tiers_text(tiers: list[dict[str, Any]]) -> Text:
     return text
 
 
-class FindingsScreen(Screen[None]):
+class FindingsScreen(SnapshotView):
     BINDINGS = [Binding("escape,f", "app.pop_screen", "Back", id="findings.back")]
 
     def compose(self) -> ComposeResult:
@@ -58,7 +58,7 @@ class FindingsScreen(Screen[None]):
         self.query_one("#findings-text", Static).update(findings_text(snapshot.get("findings", [])))
 
 
-class TiersScreen(Screen[None]):
+class TiersScreen(SnapshotView):
     BINDINGS = [Binding("escape,g", "app.pop_screen", "Back", id="tiers.back")]
 
     def compose(self) -> ComposeResult:

@@ -8,6 +8,7 @@ never pile up and the UI never waits on the hardware.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from typing import Any
 
@@ -15,6 +16,8 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.filter import Monochrome, NoColor
+from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
 from gpumix.hub.history import HISTORY_FIELDS
@@ -22,16 +25,21 @@ from gpumix.tui import format as fmt
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
-from gpumix.tui.panels import detail_text, host_text, run_line, title_line
+from gpumix.tui.panels import detail_text, host_text, run_line, stale_line, title_line
 from gpumix.tui.plan_screen import PlanScreen
 from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog
 from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
+from gpumix.tui.snapshot_view import SnapshotView
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
 from gpumix.wire.snapshot_types import Source
 
 # What the app reads and asks: an in-process Hub, a HubClient of a running one, several hubs.
 SnapshotSource = Source
+
+STALE_AFTER_INTERVALS = 2  # polls without a snapshot before the hub counts as lost
+MIN_STALE_S = 1.0  # but never sooner: a busy box may take a moment to answer
+STALE_CHECK_S = 0.5
 
 
 def _user_name() -> str:
@@ -75,6 +83,10 @@ class GpumixApp(App[None]):
     def __init__(self, source: SnapshotSource, interval_s: float = 1.0, theme: str | None = None,
                  readonly: bool = False) -> None:
         super().__init__()
+        if self.no_color:
+            # Textual's Monochrome filter turns the terminal's default colours into black on black
+            # in a truecolor terminal; NoColor leaves every cell in the terminal's own colours.
+            self._filters = [NoColor() if isinstance(f, Monochrome) else f for f in self._filters]
         self.readonly = readonly  # a shared SSH session: every control hidden
         self.source = source
         self.interval_s = interval_s
@@ -85,6 +97,8 @@ class GpumixApp(App[None]):
         self._panel_text: dict[str, str] = {}
         self._series: dict[tuple[int, str], list[float | None]] = {}  # the selected GPU's history
         self._series_index: int | None = 0
+        self._received_at_s = time.monotonic()  # when the last snapshot came (monotonic s)
+        self.stale = False  # no snapshot for stale_after_s: the title says so, values dimmed
 
     def compose(self) -> ComposeResult:
         yield Static(id="title")
@@ -107,8 +121,9 @@ class GpumixApp(App[None]):
         self.theme = wanted
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._palette = Palette.from_theme(self.current_theme)
-        self.query_one(GpuTable).focus()
+        self.table.focus()
         self.fetch()
+        self.set_interval(STALE_CHECK_S, self._check_stale)
 
     def say(self, message: Any, severity: Any = "information", timeout: float = 8) -> None:
         """A notification whose text may come from outside (a hub's reply, a file name): shown
@@ -117,7 +132,7 @@ class GpumixApp(App[None]):
 
     def _theme_changed(self, theme: Any) -> None:
         self._palette = Palette.from_theme(self.current_theme)
-        self.query_one(GpuTable).forget_styles()
+        self.table.forget_styles()
         if self.snapshot is not None:
             self.render_snapshot(self.snapshot)
 
@@ -139,25 +154,73 @@ class GpumixApp(App[None]):
         if series:
             self._series = series
         try:
+            if snapshot is not None:
+                self._recovered()
+                self._received_at_s = time.monotonic()
             if snapshot is not None and snapshot is not self.snapshot:
                 self.snapshot = snapshot
                 self.render_snapshot(snapshot)
         finally:
             self.set_timer(self.interval_s, self.fetch)
 
+    # -- staleness: a hub that stops answering is said, and its last values dimmed --------
+
+    @property
+    def stale_after_s(self) -> float:
+        return max(STALE_AFTER_INTERVALS * self.interval_s, MIN_STALE_S)
+
+    def _check_stale(self) -> None:
+        """On its own timer: a fetch blocked on a frozen hub arms no next poll, so the poll chain
+        cannot be the one to notice."""
+        age_s = time.monotonic() - self._received_at_s
+        if age_s <= self.stale_after_s or not self.screen_stack or not self.main_screen.query("#title"):
+            return  # fresh, or the app is closing
+        if not self.stale:
+            self.stale = True
+            self.add_class("-stale")
+            self.say("hub lost — reconnecting", severity="warning", timeout=4)
+        self._set_text("#title", stale_line(age_s, self._source_error()))
+
+    def _recovered(self) -> None:
+        if not self.stale:
+            return
+        self.stale = False
+        self.remove_class("-stale")
+        self.say(f"hub back after {time.monotonic() - self._received_at_s:.0f} s without a snapshot", timeout=4)
+        if self.snapshot is not None:
+            self._set_text("#title", title_line(self.snapshot))
+
+    def _source_error(self) -> str | None:
+        """Why the source could not be read (a HubClient's last_error; each of several hubs')."""
+        sources = getattr(self.source, "sources", [self.source])
+        reasons = [error for error in (getattr(s, "last_error", None) for s in sources) if error]
+        return "; ".join(reasons) or None
+
+    @property
+    def main_screen(self) -> Screen[Any]:
+        """The dashboard's own screen, at the bottom of the stack whatever is open above it."""
+        return self.screen_stack[0]
+
+    @property
+    def table(self) -> GpuTable:
+        return self.main_screen.query_one(GpuTable)
+
     def render_snapshot(self, snapshot: dict[str, Any]) -> None:
-        screen = self.screen
-        if isinstance(screen, TopologyScreen | ProcessesScreen | RanksScreen | FindingsScreen | TiersScreen):
-            screen.show(snapshot)
-            return
-        if isinstance(screen, GpuChartsScreen):
-            screen.show(snapshot, self.cached_series, self.interval_s)
-            return
-        if screen is not self.screen_stack[0]:
-            return  # a modal is open: skip the repaint behind it
+        """The one path from a snapshot to the screen: the top screen and, behind dialogs, the
+        screens they cover (down to the first full screen), each only while it can be drawn."""
+        for screen in reversed(self.screen_stack):
+            if screen is self.main_screen:
+                # composed with the app, so drawable before its Mount; never while the app closes
+                if not (screen._closing or screen._closed or screen._pruning) and screen.query(GpuTable):
+                    self._show_dashboard(snapshot)
+            elif isinstance(screen, SnapshotView):
+                screen.receive(snapshot)
+            if not isinstance(screen, ModalScreen):
+                break  # a full screen hides everything below it
+
+    def _show_dashboard(self, snapshot: dict[str, Any]) -> None:
         with self.batch_update():
-            table = self.query_one(GpuTable)
-            table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme), snapshot.get("ranks"))
+            self.table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme), snapshot.get("ranks"))
             self._set_text("#run", run_line(snapshot))
             self._set_text("#title", title_line(snapshot))
             self._show_detail()
@@ -168,12 +231,12 @@ class GpumixApp(App[None]):
         """Repaint a panel only when its text changed."""
         if self._panel_text.get(selector) != text:
             self._panel_text[selector] = text
-            self.query_one(selector, Static).update(Text(text))  # never markup: it holds outside text
+            self.main_screen.query_one(selector, Static).update(Text(text))  # never markup: it holds outside text
 
     def _show_detail(self) -> None:
         if self.snapshot is None:
             return
-        uuid = self.query_one(GpuTable).selected_uuid
+        uuid = self.table.selected_uuid
         gpu = next((g for g in self.snapshot["gpus"] if g["uuid"] == uuid), None)
         if gpu is not None:
             self._series_index = gpu["index"]
@@ -189,7 +252,7 @@ class GpumixApp(App[None]):
 
     @property
     def selected_uuid(self) -> str | None:
-        return self.query_one(GpuTable).selected_uuid
+        return self.table.selected_uuid
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -204,13 +267,10 @@ class GpumixApp(App[None]):
         uuid = self.selected_uuid
         if uuid is None:
             return
-        screen = GpuChartsScreen(uuid)
-        self.push_screen(screen)
-        if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot, self.cached_series, self.interval_s)
+        self.push_screen(GpuChartsScreen(uuid))  # it draws the latest snapshot once mounted
 
     def action_switch_view(self) -> None:
-        self.query_one(GpuTable).switch_view()
+        self.table.switch_view()
         if self.snapshot is not None:
             self.render_snapshot(self.snapshot)
 
@@ -223,10 +283,8 @@ class GpumixApp(App[None]):
     def action_tiers(self) -> None:
         self._push_view(TiersScreen())
 
-    def _push_view(self, screen: Any) -> None:
-        self.push_screen(screen)
-        if self.snapshot is not None:
-            self.call_after_refresh(screen.show, self.snapshot)
+    def _push_view(self, screen: SnapshotView) -> None:
+        self.push_screen(screen)  # it draws the latest snapshot once mounted
 
     # -- controls (hidden with --readonly) -------------------------------------------
 
@@ -239,14 +297,14 @@ class GpumixApp(App[None]):
         return next((g for g in (self.snapshot or {}).get("gpus", []) if g["uuid"] == uuid), None)
 
     def action_mark(self) -> None:
-        table = self.query_one(GpuTable)
+        table = self.table
         uuid = table.selected_uuid
         if uuid is not None:
             table.marked ^= {uuid}
             self._refresh_now()
 
     def action_mark_tier(self) -> None:
-        table = self.query_one(GpuTable)
+        table = self.table
         selected = self._gpu(table.selected_uuid)
         if selected is not None:
             table.marked = {g["uuid"] for g in self.snapshot["gpus"] if g["tier"] == selected["tier"]}
@@ -257,7 +315,7 @@ class GpumixApp(App[None]):
             self.render_snapshot(self.snapshot)
 
     def action_power(self) -> None:
-        table = self.query_one(GpuTable)
+        table = self.table
         uuids = table.marked or ({table.selected_uuid} if table.selected_uuid else set())
         gpus = [g for g in (self.snapshot or {}).get("gpus", []) if g["uuid"] in uuids and not g["lost"]]
         if not gpus:
@@ -273,10 +331,15 @@ class GpumixApp(App[None]):
 
         self.push_screen(PowerDialog(gpus), dialog_closed)
 
+    def _dashboard_in_front(self) -> bool:
+        """A proposal that comes back after the user moved on (another screen, a dialog already
+        open, the same key pressed again) opens nothing: dialogs never pile up."""
+        return self.screen is self.main_screen
+
     def action_fit_budget(self) -> None:
         self.propose_fit()
 
-    @work(thread=True, group="control")
+    @work(thread=True, exclusive=True, group="propose-fit")  # b pressed again: the newest ask wins
     def propose_fit(self) -> None:
         reply = self.source.control({"type": "power", "action": "fit", "dry_run": True})
         self.call_from_thread(self._show_fit, reply)
@@ -288,6 +351,8 @@ class GpumixApp(App[None]):
         caps = {str(g["index"]): g["new_w"] for g in reply["fit"]["gpus"] if _cap_changes(g)}
         if not caps:
             self.say("the caps already fit the budget", timeout=5)
+            return
+        if not self._dashboard_in_front():
             return
         self.push_screen(FitScreen(reply), lambda yes: self.send_control({"type": "power", "action": "caps", "caps": caps}) if yes else None)
 
@@ -307,7 +372,7 @@ class GpumixApp(App[None]):
             return None
         return {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
 
-    @work(thread=True, group="control")
+    @work(thread=True, exclusive=True, group="propose-plan")
     def propose_plan(self) -> None:
         snapshot = self.snapshot
         data = self._plan_json(snapshot) if snapshot is not None else None
@@ -315,6 +380,8 @@ class GpumixApp(App[None]):
             self.call_from_thread(self._show_plan, data, snapshot)
 
     def _show_plan(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
+        if not self._dashboard_in_front():
+            return
         def confirmed(choice: str | None) -> None:
             if choice == "split":
                 self.send_control({"type": "replan", "job": plan["job"], "plan": plan})
@@ -341,12 +408,12 @@ class GpumixApp(App[None]):
         self.last_control_reply = reply
         self.say(reply["message"], severity="information" if reply["ok"] else "error")
         if reply["ok"]:
-            self.query_one(GpuTable).marked.clear()
+            self.table.marked.clear()
 
     last_control_reply: dict[str, Any] | None = None
 
     def action_cursor_down(self) -> None:
-        self.query_one(GpuTable).action_cursor_down()
+        self.table.action_cursor_down()
 
     def action_cursor_up(self) -> None:
-        self.query_one(GpuTable).action_cursor_up()
+        self.table.action_cursor_up()

@@ -9,11 +9,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from gpumix.model.step_model import basis_text
 from gpumix.tui import format as fmt
+from gpumix.tui.dialog import Dialog
 from gpumix.tui.gpu_table import short_tier
 from gpumix.tui.power_screens import DIALOG_CSS
 
@@ -70,7 +70,7 @@ def leaving_out_is_faster(plan: dict[str, Any]) -> bool:
     return left_out is not None and (proposed is None or left_out > proposed)
 
 
-class PlanScreen(ModalScreen[str | None]):
+class PlanScreen(Dialog[str | None]):
     """"split": restart the job into the plan; "without": into the best plan without one tier;
     None: nothing."""
 

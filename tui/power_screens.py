@@ -10,11 +10,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from gpumix.model.step_model import basis_text
 from gpumix.tui import format as fmt
+from gpumix.tui.dialog import Dialog
 
 DIALOG_CSS = """
 {name} {{ align: center middle; }}
@@ -25,7 +25,7 @@ DIALOG_CSS = """
 """
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(Dialog[bool]):
     BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="confirm.cancel"),
                 Binding("y", "dismiss(True)", "Yes", id="confirm.yes")]
     DEFAULT_CSS = DIALOG_CSS.format(name="ConfirmScreen")
@@ -62,7 +62,7 @@ def parse_watts(text: str, gpus: list[dict[str, Any]]) -> tuple[float | None, st
     return watts, ""
 
 
-class PowerDialog(ModalScreen[dict[str, Any] | None]):
+class PowerDialog(Dialog[dict[str, Any] | None]):
     """Returns a power request ({action, gpus, watts}) or None when cancelled."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="power.cancel")]
@@ -123,7 +123,7 @@ def basis_lines(gpus: list[dict[str, Any]]) -> list[str]:
     return [f" GPU {', '.join(indices)}: {fmt.plain(text)}" for text, indices in groups.items()]
 
 
-class FitScreen(ModalScreen[bool]):
+class FitScreen(Dialog[bool]):
     """Shows a fit-to-budget proposal and its reasons; True applies it."""
 
     BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="fit.cancel")]

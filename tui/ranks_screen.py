@@ -7,12 +7,12 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from gpumix.tui import format as fmt
 from gpumix.tui.gpu_table import short_tier
 from gpumix.tui.panels import run_line
+from gpumix.tui.snapshot_view import SnapshotView
 
 COLUMNS = (("rank", "Rank"), ("gpu", "GPU"), ("step", "Step"), ("step_time", "Step s"), ("compute", "Compute s"),
            ("samples", "Samples/s"), ("comm", "Comm%"), ("wait", "Wait%"), ("peak", "Peak mem"),
@@ -50,7 +50,7 @@ def rank_row(rank: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> tuple[Tex
     return (Text(label, style="bold" if rank["straggler"] else ""), *(Text(cell) for cell in cells))
 
 
-class RanksScreen(Screen[None]):
+class RanksScreen(SnapshotView):
     BINDINGS = [Binding("escape,r", "app.pop_screen", "Back", id="ranks.back")]
 
     def compose(self) -> ComposeResult:

@@ -9,11 +9,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
 from gpumix.hw.topology import topology_text
 from gpumix.tui import format as fmt
+from gpumix.tui.dialog import Dialog
+from gpumix.tui.snapshot_view import SnapshotView
 
 HELP_TEXT = """\
 [b]gpumix-top[/b] — GPUs of a mixed box, their links and power, beside training.
@@ -41,7 +42,7 @@ HELP_TEXT = """\
 """
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(Dialog[None]):
     BINDINGS = [
         Binding("escape", "dismiss", "Close", id="help.close"),
         Binding("question_mark", "dismiss", "Close", show=False),
@@ -57,7 +58,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(HELP_TEXT, id="help-text")
 
 
-class TopologyScreen(Screen[None]):
+class TopologyScreen(SnapshotView):
     BINDINGS = [Binding("escape,t", "app.pop_screen", "Back", id="topology.back")]
 
     def compose(self) -> ComposeResult:
@@ -71,7 +72,7 @@ class TopologyScreen(Screen[None]):
         self.query_one("#topology-text", Static).update(Text("\n".join(fmt.plain(line) for line in lines)))
 
 
-class ProcessesScreen(Screen[None]):
+class ProcessesScreen(SnapshotView):
     BINDINGS = [Binding("escape,p", "app.pop_screen", "Back", id="processes.back")]
     COLUMNS = (("gpu", "GPU"), ("pid", "PID"), ("user", "User"), ("gpu_mem", "GPU mem"),
                ("cpu", "CPU%"), ("rss", "RSS"), ("command", "Command"))
@@ -133,7 +134,7 @@ def chart(values: list[float | None], title: str, width: int, height: int, inter
     return plotext.build()
 
 
-class GpuChartsScreen(Screen[None]):
+class GpuChartsScreen(SnapshotView):
     """History of one GPU: utilization, power, PCIe RX/TX, memory, over the kept minutes."""
 
     BINDINGS = [Binding("escape,enter", "app.pop_screen", "Back", id="charts.back")]
@@ -149,7 +150,8 @@ class GpuChartsScreen(Screen[None]):
                 yield Static(id=f"chart-{name}")
         yield Footer()
 
-    def show(self, snapshot: dict[str, Any], series: Any, interval_s: float) -> None:
+    def show(self, snapshot: dict[str, Any]) -> None:
+        series, interval_s = self.app.cached_series, self.app.interval_s
         gpu = next((g for g in snapshot["gpus"] if g["uuid"] == self.uuid), None)
         if gpu is None:
             return
