@@ -120,8 +120,25 @@ def test_auto_replan_proposes_when_due_and_warmed_up(demo_hub: Hub) -> None:
     assert plan is not None and plan["plan_id"] == "auto-1" and plan["speedup"] >= 1.5
     assert plan["ranks"][0]["samples"] < 32 < plan["ranks"][2]["samples"]
     assert auto.propose(snapshot, "train", 0, 1, now_s=CHECK_S + 1) is None  # at most max_restarts
-    picky = AutoReplan(min_speedup=100.0)
+    picky = AutoReplan(min_speedup=100.0, settle_steps=20)
     assert picky.propose(snapshot, "train", 0, 1, now_s=0.0) is None  # nothing pays that much
+    assert picky.last_outcome.startswith("kept:") and not picky.due(now_s=1.0)  # planned: next look in CHECK_S
+
+
+def test_auto_replan_looks_again_soon_when_the_ranks_are_not_measured_yet(demo_hub: Hub) -> None:
+    # A short run must not lose its only chance: a snapshot without samples per second costs no
+    # planning, so the next look comes in NOT_READY_RETRY_S, not CHECK_S (a loaded CI box missed it).
+    from gpumix.run.auto_replan import CHECK_S, NOT_READY_RETRY_S, AutoReplan
+
+    snapshot = straggling_job(demo_hub)
+    unmeasured = {**snapshot, "ranks": [{**r, "samples_per_s": None} if r["rank"] == 1 else r
+                                        for r in snapshot["ranks"]]}
+    auto = AutoReplan(min_speedup=1.5, max_restarts=1, settle_steps=20)
+    assert auto.propose(unmeasured, "train", resume_step=0, granularity=1, now_s=0.0) is None
+    assert "not measured yet" in auto.last_outcome
+    assert NOT_READY_RETRY_S < CHECK_S and auto.due(now_s=NOT_READY_RETRY_S)
+    plan = auto.propose(snapshot, "train", resume_step=0, granularity=1, now_s=NOT_READY_RETRY_S)
+    assert plan is not None and plan["plan_id"] == "auto-1"
 
 
 # -- absurd measurements and requests: one line, no hang (issue 10, item 10) ----------------------

@@ -18,6 +18,9 @@ from gpumix.plan.inputs import PlanInputError, plan_from_snapshot
 from gpumix.plan.planner import plan_to_json
 
 CHECK_S = 5.0
+# Inputs not measured yet (a rank without samples per second) cost no planning: look again soon,
+# or a short run ends before the second look (seen on a loaded CI box: 60 steps in 6 s).
+NOT_READY_RETRY_S = 0.5
 
 
 @dataclass
@@ -28,11 +31,12 @@ class AutoReplan:
     # then every 100th: before step 100 a rank's compute and comm are the warm-up's.
     settle_steps: int = 120
     proposed: int = 0  # plans proposed so far (a refused or aborted restart counts too: no retry loop)
-    _checked_at_s: float = -math.inf
+    last_outcome: str = "not checked yet"  # why the last look proposed nothing (shown on failure)
+    _next_check_s: float = -math.inf
 
     def due(self, now_s: float) -> bool:
-        """Worth a snapshot: restarts left, and the last plan was made CHECK_S ago."""
-        return self.proposed < self.max_restarts and now_s - self._checked_at_s >= CHECK_S
+        """Worth a snapshot: restarts left, and the next look is due."""
+        return self.proposed < self.max_restarts and now_s >= self._next_check_s
 
     def propose(self, snapshot: dict[str, Any], job: str, resume_step: int, granularity: int,
                 now_s: float) -> dict[str, Any] | None:
@@ -41,13 +45,22 @@ class AutoReplan:
             return None
         ranks = [r for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")]
         if not ranks or min(r.get("step") or 0 for r in ranks) < resume_step + self.settle_steps:
+            self.last_outcome = "ranks still settling"
             return None
-        self._checked_at_s = now_s  # planning costs a little: once per CHECK_S once warmed up
         try:
             _, plan = plan_from_snapshot(snapshot, job, granularity=granularity)
-        except (PlanInputError, ValueError):  # not measured enough yet, or no split fits
+        except PlanInputError as error:  # not measured enough yet: cheap to find out, so look again soon
+            self._next_check_s = now_s + NOT_READY_RETRY_S
+            self.last_outcome = f"not measured yet: {error}"
             return None
+        except ValueError as error:  # no split fits
+            self._next_check_s = now_s + CHECK_S
+            self.last_outcome = f"no plan: {error}"
+            return None
+        self._next_check_s = now_s + CHECK_S  # planning costs a little: once per CHECK_S once warmed up
         if plan.kept_current or not plan.speedup >= self.min_speedup:
+            self.last_outcome = f"kept: {plan.speedup:.2f}x predicted, {self.min_speedup:.2f}x asked"
             return None
+        self.last_outcome = f"proposed auto-{self.proposed + 1}"
         self.proposed += 1
         return {**plan_to_json(plan), "plan_id": f"auto-{self.proposed}"}
