@@ -13,9 +13,14 @@ Who does what, all against one hub subprocess (Unix socket + TCP on loopback, th
   - a well-behaved client asks for a snapshot every 0.5 s and times the answer.
 
 Goals (issue 10, for 30 minutes): RSS growth <= 20 MB, snapshot <= 1 MB, client p99 <= 100 ms, zero
-steps lost by honest agents.
+steps lost by honest agents. The hub's RSS is sampled every 10 s and kept once a minute, and a
+least-squares slope is fitted to the second half: the history ring fills during its first
+`--history-minutes`, so with a short ring the second half's slope is the steady growth (a leak), apart
+from the ring's fill.
 
     .venv/bin/python benchmarks/soak_hub.py --minutes 30 --out benchmarks/results/soak_hub_30min.json
+    .venv/bin/python benchmarks/soak_hub.py --minutes 30 --history-minutes 1 \
+        --out benchmarks/results/soak_hub_30min_history1.json
 """
 
 from __future__ import annotations
@@ -68,6 +73,27 @@ print(json.dumps({"made": made, "last_step": last_step, "sent": agent.sender.sen
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     return ordered[max(0, min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1)))))]
+
+
+def slope_per_minute(samples: list[tuple[float, int]]) -> float | None:
+    """Least-squares slope of (seconds, bytes) samples, in MB per minute; None below 3 samples."""
+    if len(samples) < 3:
+        return None
+    mean_t = statistics.fmean(t for t, _ in samples)
+    mean_b = statistics.fmean(b for _, b in samples)
+    spread = sum((t - mean_t) ** 2 for t, _ in samples)
+    if spread == 0:
+        return None
+    slope_b_per_s = sum((t - mean_t) * (b - mean_b) for t, b in samples) / spread
+    return slope_b_per_s * 60 / 1e6
+
+
+def per_minute(samples: list[tuple[float, int]]) -> list[dict[str, float]]:
+    """The first sample of each whole minute, for the JSON (the slope uses every sample)."""
+    kept: dict[int, tuple[float, int]] = {}
+    for t, rss in samples:
+        kept.setdefault(int(t // 60), (t, rss))
+    return [{"t_s": round(t, 1), "rss_mb": round(rss / 1e6, 2)} for t, rss in kept.values()]
 
 
 def frame(message: dict[str, Any]) -> bytes:
@@ -199,6 +225,9 @@ def main() -> None:
     parser.add_argument("--hostile-threads", type=int, default=2)
     parser.add_argument("--retention-minutes", type=float, default=None,
                         help="the hub's retention of gone ranks (default: the hub's own)")
+    parser.add_argument("--history-minutes", type=float, default=None,
+                        help="the hub's history ring (default: the hub's own, 60); a short ring fills early, so "
+                             "the second half's RSS slope shows a leak apart from the ring's fill")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     seconds = args.minutes * 60
@@ -209,6 +238,8 @@ def main() -> None:
                "--tcp", "127.0.0.1:0"]
     if args.retention_minutes is not None:
         hub_cmd += ["--retention-minutes", str(args.retention_minutes)]
+    if args.history_minutes is not None:
+        hub_cmd += ["--history-minutes", str(args.history_minutes)]
     hub = subprocess.Popen(hub_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     banner = hub.stdout.readline()
     port = int(banner.split("tcp://127.0.0.1:")[1].split()[0].rstrip(";,)"))
@@ -234,7 +265,7 @@ def main() -> None:
                                  daemon=True) for seed in range(args.hostile_threads)]
     for thread in threads:
         thread.start()
-    rss_samples = []
+    rss_samples: list[tuple[float, int]] = []  # (seconds since start, bytes)
     honest_pids = {agent.pid: i for i, agent in enumerate(honest)}
     last_hub_steps: dict[int, int | None] = {}  # honest agent -> the last step the hub shows for its process
 
@@ -248,7 +279,7 @@ def main() -> None:
     watcher = HubClient(path, timeout_s=5.0)
     while time.monotonic() - wall_start < seconds:
         time.sleep(min(10.0, max(0.1, seconds - (time.monotonic() - wall_start))))
-        rss_samples.append(proc.memory_info().rss)
+        rss_samples.append((time.monotonic() - wall_start, proc.memory_info().rss))
         read_honest_steps()
     final_ranks = read_honest_steps()
     results = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in honest]
@@ -273,6 +304,8 @@ def main() -> None:
         lost_here = result["made"] - result["sent"] + result["dropped"] + missing_at_hub
         lost += max(0, lost_here)
         honest_rows.append({**result, "hub_last_step": seen})
+    second_half = [(t, rss) for t, rss in rss_samples if t >= seconds / 2]
+    second_half_slope = slope_per_minute(second_half)
     cpu_s = (cpu_end.user + cpu_end.system) - (cpu_start.user + cpu_start.system)
     report = {
         "benchmark": "soak_hub",
@@ -283,8 +316,13 @@ def main() -> None:
         "minutes": args.minutes,
         "counts": counts,
         "hub": {"rss_start_mb": round(rss_start / 1e6, 1), "rss_end_mb": round(rss_end / 1e6, 1),
-                "rss_max_mb": round(max(rss_samples + [rss_end]) / 1e6, 1),
+                "rss_max_mb": round(max([rss for _, rss in rss_samples] + [rss_end]) / 1e6, 1),
                 "rss_growth_mb": round((rss_end - rss_start) / 1e6, 1),
+                "history_minutes": args.history_minutes if args.history_minutes is not None else 60.0,
+                "rss_slope_second_half_mb_per_min": None if second_half_slope is None else round(second_half_slope, 4),
+                "rss_second_half_growth_mb": None if second_half_slope is None else round(
+                    second_half_slope * (rss_samples[-1][0] - second_half[0][0]) / 60, 2),
+                "rss_per_minute": per_minute([(0.0, rss_start), *rss_samples]),
                 "cpu_pct_of_core": round(100 * cpu_s / wall_s, 2), "ranks_in_view_at_end": final_ranks,
                 "stderr_bytes": len(hub_stderr), "stderr_tail": hub_stderr[-600:]},
         "snapshot_bytes": {"median": int(statistics.median(sizes)) if sizes else None,
