@@ -17,6 +17,21 @@ from gpumix.hw.types import GpuInfo, GpuSample
 
 FIELD_PCIE_TX_BYTES = 197  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, cumulative
 FIELD_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, cumulative
+# Traffic at or above this marks a GPU as moving data even with no process listed (a process in
+# another PID namespace is not listed): far above an idle card's housekeeping, and an aliased
+# reading of fast traffic lands below it only 1 time in 40 (50 MB of a 4.29 GB counter per second).
+MOVING_BYTES_PER_S = 50e6
+
+
+def may_move_data(sample: GpuSample, rates: tuple[float, float] | None) -> bool:
+    """Whether a GPU's PCIe counters need the wrap guard: something runs on it, or traffic was seen.
+    Unknown counts as busy (guard as before): no utilization reading, or no rate yet (the first
+    reading, a counter reset)."""
+    if sample.processes or sample.util_gpu_pct is None or sample.util_gpu_pct > 0:
+        return True
+    if sample.util_mem_pct is not None and sample.util_mem_pct > 0:
+        return True
+    return rates is None or max(rates) >= MOVING_BYTES_PER_S
 
 
 def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
@@ -37,7 +52,7 @@ class NvmlPcie:
             if (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
                 continue
-            rates = self._pcie_from_counters(sample.index, _link_bound(sample, self._infos[sample.index]))
+            rates = self._pcie_from_counters(sample, _link_bound(sample, self._infos[sample.index]))
             if rates is None and (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
             elif rates is not None:
@@ -63,15 +78,23 @@ class NvmlPcie:
             counters.read_at_s = self._clock()
             return counters
 
-    def _pcie_from_counters(self, index: int, link_bytes_per_s: float | None = None) -> tuple[float, float] | None:
-        """Rate = delta of the (unwrapped) cumulative byte counters / delta of their timestamps."""
-        counters = self._read_counters(index)
+    def _pcie_from_counters(self, sample: GpuSample, link_bytes_per_s: float | None = None) -> tuple[float, float] | None:
+        """Rate = delta of the (unwrapped) cumulative byte counters / delta of their timestamps.
+        Also decides whether the wrap guard keeps reading this GPU until the next tick."""
+        counters = self._read_counters(sample.index)
         if counters is None:
             return None
         with self._pcie_lock:
             counters.link_bytes_per_s = link_bytes_per_s
+            previous_us = counters.sampled_us
             rates = counters.rates_since_sample()
-            if counters.wraps_soon():
+            moving = may_move_data(sample, rates)
+            if moving and previous_us is not None and counters.timestamp_us is not None:
+                # woke up while unguarded: the counters may have wrapped unseen, so no rate this tick
+                if counters.could_have_wrapped_unseen((counters.timestamp_us - previous_us) / 1e6):
+                    rates = None
+            counters.guarded = moving
+            if moving and counters.wraps_soon():
                 self._start_pcie_guard()
         return rates
 

@@ -14,6 +14,12 @@ load one every 0.12 s, an H200 at gen5 x16 one every 61 ms. (A period from the
 measured rate instead fails: once aliased, the measured rate is wrong too, as
 the first H200 run showed.) A link that rises from gen1 under a sudden burst
 can be under-read for one interval, until the next tick sees the new link.
+
+The guard reads only GPUs that may be moving data (`guarded`, set each tick by the
+sampler: a compute process, nonzero utilization, or traffic seen): an H200 keeps its
+gen5 x16 link at idle, and reading an idle one 15 times a second cost 1.1 % of a core
+(issue 13). A GPU that wakes between two ticks was not guarded over that interval: its
+tick gives no rate (None, not an aliased number), and the guard runs from then on.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ class PcieCounters:
     link_bytes_per_s: float | None = None  # the fastest the counters can move now (the link's rate)
     read_at_s: float | None = None  # our own (monotonic) clock at the last read: NVML's stamps are wall time
     reset: bool = False  # the counters restarted since the last tick: its rate is unknown
+    guarded: bool = False  # the wrap guard keeps these exact (the GPU may be moving data)
 
     def update(self, timestamp_us: int, tx_value: Any, rx_value: Any) -> None:
         tx, self.modulus = field_value(tx_value)
@@ -118,6 +125,11 @@ class PcieCounters:
     def next_read_due_s(self, now_s: float) -> float | None:
         """Seconds until the counters must be read again to stay exact; None: no hurry."""
         period = self.safe_period_s()
-        if period is None or self.read_at_s is None or period >= PCIE_GUARD_MAX_WAIT_S:
+        if not self.guarded or period is None or self.read_at_s is None or period >= PCIE_GUARD_MAX_WAIT_S:
             return None
         return period - (now_s - self.read_at_s)
+
+    def could_have_wrapped_unseen(self, interval_s: float) -> bool:
+        """Unguarded for `interval_s`: could the link have wrapped the counters in that time?"""
+        period = self.safe_period_s()
+        return not self.guarded and period is not None and interval_s > period

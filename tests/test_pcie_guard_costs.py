@@ -1,0 +1,134 @@
+"""The PCIe wrap guard reads only GPUs that may be moving data (issue 13): an idle card whose link
+stays fast (an H200 keeps gen5 x16 at idle) costs one counter read per tick, not one per wrap
+period; a busy one is still read often enough to stay exact; one that wakes between two ticks
+gives no rate for that tick rather than an aliased one. Calls are counted on the NVML look-alike."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from gpumix.hw.nvml_backend import NvmlBackend
+from gpumix.hw.nvml_pcie import MOVING_BYTES_PER_S
+from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S
+from gpumix.sim.machine import GpuActivity, SimMachine
+from gpumix.sim.nvml import SimHandle, SimNvml
+from gpumix.sim.rig import load_builtin_rig
+from tests.conftest import ManualClock
+
+GPU = 7  # an RTX 4090: gen4 x16, a 4.29 GB counter can wrap every 0.136 s at the link's rate
+FAST = 20e9  # bytes/s: four wraps a second
+TICK_S = 1.0
+
+
+class FastIdleLinkNvml(SimNvml):
+    """Links stay at their max generation at idle (as an H200's does); counts counter reads."""
+
+    def __init__(self, machine: SimMachine) -> None:
+        super().__init__(machine)
+        self.field_reads: Counter[int] = Counter()
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimHandle) -> int:
+        super().nvmlDeviceGetCurrPcieLinkGeneration(handle)
+        return self.machine.gpus[handle.index].spec.link_gen_max
+
+    def nvmlDeviceGetFieldValues(self, handle: SimHandle, field_ids: list[int]) -> list[Any]:
+        self.field_reads[handle.index] += 1
+        return super().nvmlDeviceGetFieldValues(handle, field_ids)
+
+
+class World:
+    def __init__(self) -> None:
+        self.clock = ManualClock()
+        self.machine = SimMachine(load_builtin_rig("mixed-10"), clock=self.clock)
+        self.machine.synthetic_job = False  # every GPU idle unless a test says otherwise
+        self.nvml = FastIdleLinkNvml(self.machine)
+        self.backend = NvmlBackend(nvml=self.nvml, clock=self.clock, wall_clock=self.clock)
+        # No guard thread: the test plays the guard by calling poll_pcie_counters, so every read is counted.
+        self.backend._guard_stop.set()
+
+    def tick(self) -> list[Any]:
+        self.machine.tick()
+        return self.backend.sample()
+
+    def one_tick_with_the_guard(self) -> list[Any]:
+        """TICK_S of time in which the guard polls whenever it asks to, then a tick."""
+        elapsed_s = 0.0
+        while elapsed_s < TICK_S - 1e-9:
+            step_s = min(self.backend.poll_pcie_counters(), TICK_S - elapsed_s)
+            self.clock.advance(step_s)
+            elapsed_s += step_s
+        return self.tick()
+
+
+@pytest.fixture
+def world() -> Any:
+    made = World()
+    yield made
+    made.backend.close()
+
+
+def test_an_idle_gpu_on_a_fast_link_costs_one_counter_read_per_tick(world: World) -> None:
+    world.tick()
+    world.one_tick_with_the_guard()  # the first second is guarded (no rate yet): test_the_first_reading_...
+    reads = world.nvml.field_reads[GPU]
+    for _ in range(10):
+        samples = world.one_tick_with_the_guard()
+        assert samples[GPU].pcie_tx_bytes_per_s == 0.0  # idle, and still measured each tick
+    # 10 ticks, one read each; reading at the link's wrap period would be about 7 a tick
+    assert world.nvml.field_reads[GPU] - reads == 10
+    world.clock.advance(0.5)
+    assert world.backend.poll_pcie_counters() == PCIE_GUARD_MAX_WAIT_S  # nothing due
+
+
+def test_the_first_reading_is_guarded_until_a_rate_says_idle(world: World) -> None:
+    world.tick()  # no rate yet: unknown counts as busy
+    world.clock.advance(0.5)
+    world.backend.poll_pcie_counters()
+    assert world.nvml.field_reads[GPU] == 2
+
+
+@pytest.mark.parametrize("activity", [
+    GpuActivity(pids=[4242]),  # a process, nothing moving yet: it may start copying any time
+    GpuActivity(busy_fraction=0.5, util_pct=50.0),  # kernels running
+    GpuActivity(pcie_tx_bytes_per_s=2 * MOVING_BYTES_PER_S),  # traffic with no process listed (another PID namespace)
+])
+def test_a_gpu_that_may_move_data_is_still_read_at_the_link_period(world: World, activity: GpuActivity) -> None:
+    world.machine.set_activity(GPU, activity)
+    world.tick()
+    world.one_tick_with_the_guard()
+    reads = world.nvml.field_reads[GPU]
+    world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] - reads >= 6  # about 1 s / 0.136 s
+
+
+def test_traffic_below_the_threshold_without_a_process_is_idle(world: World) -> None:
+    world.machine.set_activity(GPU, GpuActivity(pcie_tx_bytes_per_s=MOVING_BYTES_PER_S / 10))
+    world.tick()
+    world.one_tick_with_the_guard()
+    reads = world.nvml.field_reads[GPU]
+    sample = world.one_tick_with_the_guard()[GPU]
+    assert world.nvml.field_reads[GPU] - reads == 1
+    assert sample.pcie_tx_bytes_per_s == pytest.approx(MOVING_BYTES_PER_S / 10, rel=1e-6)
+
+
+def test_a_gpu_that_wakes_between_ticks_gives_no_rate_then_exact_ones(world: World) -> None:
+    world.tick()
+    world.one_tick_with_the_guard()  # idle: unguarded from here
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=1.0, pcie_tx_bytes_per_s=FAST, pcie_rx_bytes_per_s=FAST))
+    woke = world.one_tick_with_the_guard()[GPU]
+    # 20 GB in a second of no reads wrapped the counter four times: any number here would be wrong
+    assert woke.pcie_tx_bytes_per_s is None and woke.pcie_rx_bytes_per_s is None
+    for _ in range(3):
+        busy = world.one_tick_with_the_guard()[GPU]
+        assert busy.pcie_tx_bytes_per_s == pytest.approx(FAST, rel=1e-6)
+        assert busy.pcie_rx_bytes_per_s == pytest.approx(FAST, rel=1e-6)
+    # idle again: the guard stops reading it after one tick at rate 0
+    world.machine.set_activity(GPU, GpuActivity())
+    world.one_tick_with_the_guard()
+    world.one_tick_with_the_guard()
+    reads = world.nvml.field_reads[GPU]
+    world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] - reads == 1
