@@ -1,4 +1,5 @@
-"""`gpumix-top --hub ADDR [--hub ADDR ...]`: attach to running hubs (Unix socket paths or tcp://HOST:PORT)."""
+"""`gpumix-top --hub ADDR [--hub ADDR ...]`: attach to running hubs (Unix socket paths, tcp://HOST:PORT or
+tls://HOST:PORT)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ NODE_TIMEOUT_S = 2.0  # a node that does not answer in this time shows as unreac
 
 def add_hub_flags(parser: OneLineParser) -> None:
     parser.add_argument("--hub", action="append", metavar="ADDR",
-                        help="attach to a running hub: a socket path (e.g. an ssh -L forward) or tcp://HOST:PORT;"
-                             " repeat for several nodes")
+                        help="attach to a running hub: a socket path (e.g. an ssh -L forward), tcp://HOST:PORT, or"
+                             " tls://HOST:PORT for a hub started with --tls-cert (its certificate checked against"
+                             " $GPUMIX_TLS_CA or the system's CAs); repeat for several nodes")
     parser.add_argument("--token-file", metavar="FILE",
-                        help="the token for tcp:// hubs (default: $GPUMIX_TOKEN or $XDG_CONFIG_HOME/gpumix/token)")
+                        help="the token for tcp:// and tls:// hubs (default: $GPUMIX_TOKEN or"
+                             " $XDG_CONFIG_HOME/gpumix/token)")
 
 
 def open_source(prog: str, args: argparse.Namespace) -> Any:
