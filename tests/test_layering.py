@@ -18,7 +18,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "hw": set(),  # NVML reads and the hardware's types
     "plan": {"model", "wire"},  # wire: the snapshot contract it reads (standard library only)
     "power": {"hw", "model", "wire"},
-    "advice": {"power"},
+    "advice": {"power", "probe"},  # probe: kept `gpumix probe` results, read from the store
     "hub": {"advice", "hw", "power", "wire"},
     "record": {"wire"},
     "run": {"hub", "plan", "wire"},

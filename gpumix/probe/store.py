@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import os
+import re
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -56,3 +60,98 @@ def load(machine: dict[str, Any], folder: Path | None = None, now: float | None 
         return None
     age_s = max(0.0, (time.time() if now is None else now) - measured_at)
     return {**report, "age_s": age_s, "stale": age_s > STALE_S}
+
+
+# -- reading kept results for the advisor (the hub asks on every snapshot: cached, bounded) ----------
+
+log = logging.getLogger(__name__)
+_SAFE_TEXT = re.compile(r"[0-9A-Za-z.?_/-]{1,64}")  # a driver version, link label or transport read back
+_cache: dict[Path, tuple[tuple[int, int], dict[str, Any] | None]] = {}  # path -> (mtime_ns, size), result
+
+
+def kept_for(uuids: list[str], folder: Path | None = None, now: float | None = None) -> list[dict[str, Any]]:
+    """The kept results that probed any of these GPUs (by UUID), newest first, each with `age_s` and
+    `path`. Reads at most MAX_FILES files of at most MAX_FILE_BYTES, each parsed again only when it
+    changes; a file that is not a plain, well-formed probe result is ignored with one log line."""
+    folder = folder or state_dir()
+    wanted = set(uuids)
+    try:
+        paths = [p for p in folder.glob("probe-*.json")][: 4 * MAX_FILES]
+        stamped = []
+        for path in paths:
+            info = path.stat()
+            if stat.S_ISREG(info.st_mode):  # never open a FIFO or device someone named probe-x.json
+                stamped.append((info.st_mtime_ns, info.st_size, path))
+    except OSError:
+        return []
+    stamped.sort(reverse=True)
+    stamped = stamped[:MAX_FILES]
+    if len(_cache) > 4 * MAX_FILES:  # other folders (tests, a changed XDG_STATE_HOME) come and go
+        _cache.clear()
+    for gone in set(_cache) - {path for _, _, path in stamped}:
+        if gone.parent == folder:
+            del _cache[gone]
+    found = []
+    for mtime_ns, size, path in stamped:
+        cached = _cache.get(path)
+        if cached is None or cached[0] != (mtime_ns, size):
+            cached = ((mtime_ns, size), _read_checked(path, size))
+            _cache[path] = cached
+        report = cached[1]
+        if report is not None and wanted & {gpu["uuid"] for gpu in report["machine"]["gpus"]}:
+            age_s = max(0.0, (time.time() if now is None else now) - report["measured_at"])
+            found.append({**report, "age_s": age_s, "path": str(path)})
+    return sorted(found, key=lambda report: report["age_s"])
+
+
+def _read_checked(path: Path, size: int) -> dict[str, Any] | None:
+    """A kept file, or None with one log line saying why it is ignored."""
+    try:
+        if size > MAX_FILE_BYTES:
+            raise ValueError(f"over {MAX_FILE_BYTES // 1024**2} MiB")
+        with path.open("rb") as handle:
+            report = json.loads(handle.read(MAX_FILE_BYTES + 1))
+        return checked(report)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
+        log.warning("ignoring kept probe result %s: %s", path.name, str(error)[:120])
+        return None
+
+
+def checked(report: Any) -> dict[str, Any]:
+    """The parts of a kept result the advisor reads, each of the expected type, text reduced to safe
+    labels and numbers finite; raises ValueError naming the first thing wrong."""
+    if not isinstance(report, dict) or not isinstance(report.get("machine"), dict):
+        raise ValueError("not a probe result")
+    measured_at = report.get("measured_at")
+    if not isinstance(measured_at, int | float) or not math.isfinite(measured_at):
+        raise ValueError("no finite measured_at")
+    machine = report["machine"]
+    gpus = machine.get("gpus")
+    if not isinstance(gpus, list) or not gpus or len(gpus) > 1024:
+        raise ValueError("no GPUs in machine")
+    kept_gpus = []
+    for gpu in gpus:
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("uuid"), str) or not 0 < len(gpu["uuid"]) <= 128:
+            raise ValueError("a GPU without a UUID")
+        kept_gpus.append({"uuid": gpu["uuid"], "nvml_index": _index(gpu.get("nvml_index")),
+                          "pcie_gen_max": _index(gpu.get("pcie_gen_max")),
+                          "pcie_width_max": _index(gpu.get("pcie_width_max"))})
+    return {"measured_at": float(measured_at),
+            "machine": {"driver_version": safe_text(machine.get("driver_version")), "gpus": kept_gpus},
+            "gpus": [g for g in _dicts(report.get("gpus")) if _index(g.get("gpu")) is not None],
+            "together": report["together"] if isinstance(report.get("together"), dict) else None,
+            "pairs": _dicts(report.get("pairs")),
+            "allreduce": report["allreduce"] if isinstance(report.get("allreduce"), dict) else None}
+
+
+def safe_text(value: Any) -> str | None:
+    """A label from a file (driver version, '4x16'), or None: never markup or escapes."""
+    return value if isinstance(value, str) and _SAFE_TEXT.fullmatch(value) else None
+
+
+def _index(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 4096 else None
+
+
+def _dicts(value: Any, limit: int = 1024) -> list[dict[str, Any]]:
+    return [item for item in value[:limit] if isinstance(item, dict)] if isinstance(value, list) else []
