@@ -1,0 +1,59 @@
+"""Predicted step times: max_r t_r(n_r) plus the communication the step waits for, and the
+continuous bound where every rank finishes together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpumix.model.compute_curve import ComputeCurve
+from gpumix.model.step_model import CommModel
+from gpumix.plan.split_types import PlanRequest, Prediction, RankMeasure
+
+
+def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommModel:
+    running = [m for m in measures if m.current_samples > 0]
+    slowest = max((m.compute_curve().time_s(m.current_samples) for m in running), default=None)
+    return CommModel(request.gradient_bytes, request.measured_comm_s, tuple(m.link_bytes_per_s for m in running),
+                     slowest if request.measured_comm_s is not None else None)
+
+
+def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
+    taking_part = [(n, m) for n, m in zip(samples, measures, strict=True) if n > 0]
+    compute = max((m.compute_curve().time_s(n) for n, m in taking_part), default=0.0)
+    waits = comm.seconds([m.link_bytes_per_s for _, m in taking_part], compute)
+    return Prediction(compute_s=compute, allreduce_s=waits, samples=sum(samples))
+
+
+def balanced_shares(total: int, curves: Sequence[ComputeCurve], lower: Sequence[float],
+                     upper: Sequence[float]) -> tuple[list[float], float]:
+    """Continuous shares that finish together: the time T at which the ranks, each held within
+    [lower, upper], compute `total` samples between them (bisection on T). (shares, T)"""
+    def shares_at(time_s: float) -> list[float]:
+        return [min(high, max(low, c.samples_within(time_s)))
+                for c, low, high in zip(curves, lower, upper, strict=True)]
+    low, high = 0.0, max(c.time_s(total) for c in curves)
+    for _ in range(200):
+        if sum(shares_at(high)) >= total:
+            break
+        high *= 2
+    for _ in range(100):
+        middle = (low + high) / 2
+        if sum(shares_at(middle)) < total:
+            low = middle
+        else:
+            high = middle
+    shares = shares_at(high)
+    excess = sum(shares) - total  # T is exact to rounding: give the excess back where there is room
+    for i in sorted(range(len(shares)), key=lambda i: shares[i] - lower[i], reverse=True):
+        give = min(excess, shares[i] - lower[i])
+        shares[i] -= give
+        excess -= give
+    return shares, high
+
+
+def ideal(global_batch: int, measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
+    """The bound: a continuous split where every rank finishes together, no memory or integer limits."""
+    curves = [m.compute_curve() for m in measures]
+    _, time_s = balanced_shares(global_batch, curves, [0.0] * len(curves), [float(global_batch)] * len(curves))
+    waits = comm.seconds([m.link_bytes_per_s for m in measures], time_s)
+    return Prediction(compute_s=time_s, allreduce_s=waits, samples=global_batch)
