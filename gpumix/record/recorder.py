@@ -289,9 +289,10 @@ class Recorder(Thinning):
                 self._event_row(t, "finding_cleared", {k: f.get(k) for k in ("id", "severity", "title", "gpus")})
         self._findings = findings
         plan = snapshot.get("plan")
-        if plan is not None and plan != self._plan:
-            self._event_row(t, "plan", {"plan": plan})
-        self._plan = plan
+        if plan is not None and plan.get("ranks"):  # a split in force, not a job still starting up
+            if plan != self._plan:  # the hub's plan row is the same dict until the plan changes
+                self._event_row(t, "plan", {"plan": plan})
+            self._plan = plan
         jobs = snapshot.get("jobs") or {}
         for job, status in jobs.items():
             before = self._jobs.get(job)
