@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-import plotext
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from gpumix.hw.topology import topology_text
 from gpumix.tui import format as fmt
+from gpumix.tui.chart import LARGEST_FULL, SMALLEST_FULL, data_full_scale, fixed_scale, line_chart
 from gpumix.tui.dialog import Dialog
 from gpumix.tui.snapshot_view import SnapshotView
 
@@ -108,30 +109,58 @@ class ProcessesScreen(SnapshotView):
                 table.add_row(*cells, key=key)
 
 
+@dataclass(frozen=True)
+class ChartSpec:
+    """One chart: the history field, its title and unit, and where its full scale comes from."""
+
+    field: str
+    title: str
+    to_unit: float  # the series' unit (bytes, B/s) times this is the chart's (GiB, GB/s)
+    full_fields: tuple[str, ...]  # snapshot fields holding the full scale, best first (series unit)
+    full_name: str  # what the full scale is, for the title
+
+
 CHARTS = (
-    ("util_gpu_pct", "Utilization %", 1.0),
-    ("power_w", "Power W", 1.0),
-    ("pcie_rx_bytes_per_s", "PCIe RX GB/s", 1e-9),
-    ("pcie_tx_bytes_per_s", "PCIe TX GB/s", 1e-9),
-    ("mem_used_bytes", "Memory GiB", 1 / 1024**3),
+    ChartSpec("util_gpu_pct", "Utilization %", 1.0, (), ""),
+    ChartSpec("power_w", "Power W", 1.0, ("power_cap_w", "power_limit_max_w"), "cap"),
+    ChartSpec("pcie_rx_bytes_per_s", "PCIe RX GB/s", 1e-9, ("pcie_link_bytes_per_s_max",), "link max"),
+    ChartSpec("pcie_tx_bytes_per_s", "PCIe TX GB/s", 1e-9, ("pcie_link_bytes_per_s_max",), "link max"),
+    ChartSpec("mem_used_bytes", "Memory GiB", 1 / 1024**3, ("mem_total_bytes",), "total"),
 )
+UTIL_FULL_PCT = 100.0
+OVER_FULL = 1.05  # history this far above a full scale (a cap lowered since) takes the next one
 
 
-CHART_LIMIT = 1e12  # W, %, GB/s, GiB: anything beyond is a bad reading
+def full_scale(spec: ChartSpec, gpu: dict[str, Any], values: list[float | None]) -> tuple[float, str]:
+    """The value the chart's top row stands for, in the chart's unit, and its name (empty when
+    it is the metric's own: 100 %). The first of the spec's fields that is a sane number and holds
+    the history; for power the cap in force, so a flat line at the cap sits on the top row."""
+    if spec.field == "util_gpu_pct":
+        return UTIL_FULL_PCT, ""
+    highest = max((v for v in values if v is not None), default=0.0)
+    for name in spec.full_fields:
+        full = fmt.number(gpu.get(name))
+        if name == "power_cap_w" and full is not None:  # the enforced limit may be above the set one
+            full = max(full, fmt.number(gpu.get("power_cap_enforced_w")) or 0.0)
+        if full is not None and SMALLEST_FULL <= full * spec.to_unit <= LARGEST_FULL:
+            full *= spec.to_unit
+            if highest <= full * OVER_FULL:
+                label = "max cap" if name == "power_limit_max_w" else spec.full_name
+                return full, label
+    return data_full_scale(values), "largest value"
 
 
-def chart(values: list[float | None], title: str, width: int, height: int, interval_s: float) -> str:
-    """One plotext line chart as text; x is seconds before now."""
-    # Not drawn: gaps, NaN, inf, and readings beyond any physical one (plotext's axis overflows).
-    known = [(i, v) for i, v in enumerate(map(fmt.number, values)) if v is not None and abs(v) <= CHART_LIMIT]
-    plotext.clear_figure()
-    plotext.plotsize(width, height)
-    plotext.theme("clear")
-    plotext.title(title)
-    if known:
-        last = len(values) - 1
-        plotext.plot([(i - last) * interval_s for i, _ in known], [v for _, v in known], marker="braille")
-    return plotext.build()
+def chart_text(spec: ChartSpec, gpu: dict[str, Any], raw_values: list[Any], width: int, interval_s: float) -> str:
+    """One GPU's history of one metric on its fixed scale, with the scale said in the title."""
+    values = [v * spec.to_unit if (v := fmt.number(raw)) is not None else None for raw in raw_values]
+    values = [v if v is None or abs(v) <= LARGEST_FULL else None for v in values]  # no physical reading
+    full, full_name = full_scale(spec, gpu, values)
+    scale = fixed_scale(full)
+    title = f"{spec.title}  (scale 0–{scale.label(scale.steps)}"
+    title += f"; {full_name} {full:.4g})" if full_name else ")"
+    if any(v is not None and (v > scale.top + scale.step / 2 or v < -scale.step / 2) for v in values):
+        title += " · values beyond the scale drawn at its edge"
+    return line_chart(values, scale, width, interval_s, title)
 
 
 class GpuChartsScreen(SnapshotView):
@@ -146,8 +175,8 @@ class GpuChartsScreen(SnapshotView):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(id="charts-title")
-            for name, _, _ in CHARTS:
-                yield Static(id=f"chart-{name}")
+            for spec in CHARTS:
+                yield Static(id=f"chart-{spec.field}")
         yield Footer()
 
     def show(self, snapshot: dict[str, Any]) -> None:
@@ -155,9 +184,10 @@ class GpuChartsScreen(SnapshotView):
         gpu = next((g for g in snapshot["gpus"] if g["uuid"] == self.uuid), None)
         if gpu is None:
             return
-        title = f"GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier'])} — last {len(series(gpu['index'], 'power_w'))} samples"
+        title = (f"GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier'])} — last {len(series(gpu['index'], 'power_w'))} samples,"
+                 f" {interval_s:g} s apart")
         self.query_one("#charts-title", Static).update(Text(title))
         width = max(40, self.size.width - 2)
-        for name, title, scale in CHARTS:
-            values = [v * scale if (v := fmt.number(raw)) is not None else None for raw in series(gpu["index"], name)]
-            self.query_one(f"#chart-{name}", Static).update(Text.from_ansi(chart(values, title, width, 10, interval_s)))
+        for spec in CHARTS:
+            text = chart_text(spec, gpu, series(gpu["index"], spec.field), width, interval_s)
+            self.query_one(f"#chart-{spec.field}", Static).update(Text(text))
