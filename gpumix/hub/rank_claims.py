@@ -3,16 +3,16 @@
 A named job's rank is one process at a time, whatever run id a hello gives: a hello under another run
 id does not make a second rank 0 beside the live one. The process that holds the rank may say hello
 again (its agent reconnected: the same pid on the same host, and over a Unix socket the same uid).
-A restarted rank's new process takes the rank once the old one is gone: its connection closed, or,
-for a process on this machine (it came over the Unix socket), its pid no longer exists (it exited
-before the hub read its connection's end).
+A restarted rank's new process takes the rank once the old one's connection has closed (a process
+that exits, even killed, has its connection closed by the kernel). The pid a hello gives is the
+agent's word, so whether that pid still runs is not asked: a fake pid would free a live rank.
+A TCP rank whose machine vanished holds its rank until the hub's idle timeout closes it.
 
 What it may import: the standard library and gpumix.hub.ranks.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,25 +26,11 @@ def same_process(stream: RankStream, hello: dict[str, Any]) -> bool:
             and stream.peer_uid == hello.get("peer_uid"))
 
 
-def local_process_gone(stream: RankStream) -> bool:
-    """The stream's process ran on this machine (the kernel named its uid: a Unix socket) and no
-    process has its pid now. A process of another user is alive (EPERM); a TCP peer is never judged."""
-    if stream.peer_uid is None or stream.pid is None:
-        return False
-    try:
-        os.kill(stream.pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
 def live_holder(holders: Iterable[RankStream], hello: dict[str, Any]) -> RankStream | None:
     """The live process holding the rank this hello claims, or None when the hello may have it.
     `holders`: the streams of this rank (for a named job, under every run id; for an unnamed script,
     its own key's stream)."""
     for stream in holders:
-        if stream.connected and not same_process(stream, hello) and not local_process_gone(stream):
+        if stream.connected and not same_process(stream, hello):
             return stream
     return None
