@@ -13,6 +13,7 @@ from gpumix.cli.hardware import open_hardware
 from gpumix.cli.node import start_node
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.plan_screen import PlanScreen
+from gpumix.tui.power_screens import ConfirmScreen
 from tests.screen import screen_text
 from tests.waiting import wait_until_async
 
@@ -43,9 +44,11 @@ async def test_split_screen_restarts_the_demo_and_removes_the_straggler(tmp_path
             before = node.hub.snapshot()["run"]
             await pilot.press("s")
             await until(lambda: isinstance(app.screen, PlanScreen), 10)
-            text = str(app.screen.query_one("#plan-text", Static).render())
+            text = str(app.screen.query_one("#plan-result", Static).render())
             assert "proposed:" in text and "× the current split" in text
             await pilot.click("#apply")
+            await until(lambda: isinstance(app.screen, ConfirmScreen), 10, "the restart's confirmation")
+            await pilot.press("y")
             supervisor = node.demo.supervisor
             await until(lambda: supervisor.restarts == 1, 60)
             await until(lambda: at_step(node.hub, supervisor.resume_step + 12, ranks=10), 60)
@@ -76,6 +79,8 @@ async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
             await pilot.press("s")
             await until(lambda: isinstance(app.screen, PlanScreen), 10)
             await pilot.click("#apply-without")  # offered: the planner finds the job faster without the 3060s
+            await until(lambda: isinstance(app.screen, ConfirmScreen), 10, "the restart's confirmation")
+            await pilot.press("y")
             supervisor = node.demo.supervisor
             await until(lambda: supervisor.restarts == 1, 60)
             await until(lambda: at_step(node.hub, supervisor.resume_step + 12, ranks=7), 60)

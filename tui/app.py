@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
@@ -25,11 +25,19 @@ from gpumix.tui import format as fmt
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.palette import Palette
-from gpumix.tui.panels import detail_text, host_text, run_line, stale_line, title_line
+from gpumix.tui.panels import (
+    DETAIL_TEXT_LINES,
+    detail_text,
+    host_text,
+    run_line,
+    stale_line,
+    title_line,
+)
 from gpumix.tui.plan_screen import PlanScreen
 from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog
 from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
+from gpumix.tui.size_notice import TooSmallScreen, too_small
 from gpumix.tui.snapshot_view import SnapshotView
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
 from gpumix.wire.snapshot_types import Source
@@ -57,6 +65,27 @@ def _cap_changes(gpu: dict[str, Any]) -> bool:
     return new_w is not None and (old_w is None or abs(new_w - old_w) >= 0.5)
 
 
+def restart_question(plan: dict[str, Any], choice: str) -> str:
+    """What confirming a split restarts (the job stops and resumes from its checkpoint)."""
+    job = fmt.plain(plan.get("job"))
+    if choice == "without":
+        tier = fmt.plain((plan.get("without_tier") or {}).get("tier_left_out"))
+        what = f"without the {tier} tier ({fmt.fixed((plan.get('without_tier') or {}).get('samples_per_s'))} samples/s predicted)"
+    else:
+        what = f"into the proposed split ({fmt.fixed((plan.get('proposed') or {}).get('samples_per_s'))} samples/s predicted)"
+    return f"Restart job {job} {what}?\nThe job stops and resumes from its last checkpoint."
+
+
+class DetailPanel(Static):
+    """The selected GPU's detail: redrawn when its height changes, since the rows it is given
+    decide how much it shows (the lines, then taller charts)."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        show = getattr(self.app, "_show_detail", None)
+        if show is not None:
+            self.call_after_refresh(show)
+
+
 class GpumixApp(App[None]):
     TITLE = "gpumix-top"
     CSS_PATH = "app.tcss"
@@ -74,11 +103,14 @@ class GpumixApp(App[None]):
         Binding("s", "replan", "Split", id="replan"),
         Binding("space", "mark", "Mark", show=False, id="mark"),
         Binding("T", "mark_tier", "Mark tier", show=False, id="mark_tier"),
+        Binding("u", "clear_marks", "Unmark", id="clear_marks"),  # in the footer only while marks exist
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
     ]
 
-    CONTROL_ACTIONS = {"power", "fit_budget", "mark", "mark_tier", "replan"}
+    CONTROL_ACTIONS = {"power", "fit_budget", "mark", "mark_tier", "clear_marks", "replan"}
+    # Toasts at the top right: at the bottom they covered the dialogs' buttons at 80x24.
+    CSS = "ToastRack { dock: top; align: right top; margin-bottom: 0; margin-top: 1; }"
 
     def __init__(self, source: SnapshotSource, interval_s: float = 1.0, theme: str | None = None,
                  readonly: bool = False) -> None:
@@ -104,9 +136,9 @@ class GpumixApp(App[None]):
         yield Static(id="title")
         yield GpuTable(id="gpus")
         yield Static(id="run")
-        yield Static(id="detail")
+        yield DetailPanel(id="detail")
         yield Static(id="host")
-        yield Footer()
+        yield Footer(compact=True)  # compact: Cap, Budget and Split stay in view at 80 columns
 
     def on_mount(self) -> None:
         loaded = load_themes()
@@ -124,6 +156,31 @@ class GpumixApp(App[None]):
         self.table.focus()
         self.fetch()
         self.set_interval(STALE_CHECK_S, self._check_stale)
+        self._check_size()
+
+    # -- size: below 80x24 one notice instead of clipped controls -------------------------
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._check_size()
+        if self.screen_stack and self.main_screen.query(GpuTable):
+            self.table.fit_width(self.size.width)
+            self._refresh_now()
+
+    @property
+    def too_small(self) -> bool:
+        return too_small(*self.size)
+
+    def _check_size(self) -> None:
+        if not self.screen_stack:
+            return
+        notice = self.screen if isinstance(self.screen, TooSmallScreen) else None
+        if self.too_small and notice is None:
+            self.push_screen(TooSmallScreen())
+        elif self.too_small and notice is not None:
+            notice.show_size(*self.size)
+        elif notice is not None:
+            self.pop_screen()
+            self._refresh_now()
 
     def say(self, message: Any, severity: Any = "information", timeout: float = 8) -> None:
         """A notification whose text may come from outside (a hub's reply, a file name): shown
@@ -240,7 +297,8 @@ class GpumixApp(App[None]):
         gpu = next((g for g in self.snapshot["gpus"] if g["uuid"] == uuid), None)
         if gpu is not None:
             self._series_index = gpu["index"]
-            self._set_text("#detail", detail_text(gpu, self.cached_series, self.size.width - 2))
+            rows = self.main_screen.query_one("#detail").content_size.height or DETAIL_TEXT_LINES
+            self._set_text("#detail", detail_text(gpu, self.cached_series, self.size.width - 2, rows))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()
@@ -291,6 +349,12 @@ class GpumixApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.readonly and action in self.CONTROL_ACTIONS:
             return False
+        if not self.screen_stack:
+            return True
+        if isinstance(self.screen, TooSmallScreen) and action != "quit":
+            return False  # nothing opens behind or above the notice
+        if action == "clear_marks" and not any(table.marked for table in self.main_screen.query(GpuTable)):
+            return False  # the footer shows u only while there is something to clear
         return True
 
     def _gpu(self, uuid: str | None) -> dict[str, Any] | None:
@@ -301,14 +365,26 @@ class GpumixApp(App[None]):
         uuid = table.selected_uuid
         if uuid is not None:
             table.marked ^= {uuid}
-            self._refresh_now()
+            self._marks_changed()
 
     def action_mark_tier(self) -> None:
+        """The selected GPU's whole tier joins the marks (marks already made stay)."""
         table = self.table
         selected = self._gpu(table.selected_uuid)
         if selected is not None:
-            table.marked = {g["uuid"] for g in self.snapshot["gpus"] if g["tier"] == selected["tier"]}
-            self._refresh_now()
+            table.marked |= {g["uuid"] for g in self.snapshot["gpus"] if g["tier"] == selected["tier"]}
+            self._marks_changed()
+
+    def action_clear_marks(self) -> None:
+        if self.table.marked:
+            self.table.marked.clear()
+            self._marks_changed()
+
+    def _marks_changed(self) -> None:
+        self.refresh_bindings()  # u shows in the footer only while marks exist
+        # below 100 columns, u takes the palette hint's place (ctrl+p still works; the help says it)
+        self.main_screen.query_one(Footer).show_command_palette = not (self.table.marked and self.size.width < 100)
+        self._refresh_now()
 
     def _refresh_now(self) -> None:
         if self.snapshot is not None:
@@ -326,8 +402,10 @@ class GpumixApp(App[None]):
                 return
             targets = ", ".join(fmt.plain(g["index"]) for g in gpus)
             what = f"cap {request['watts']:.0f} W" if request["action"] == "set" else "the default cap"
+            # the marks were for this change: once it is applied they are cleared, and the toast says so
+            consumed = bool(table.marked)
             self.push_screen(ConfirmScreen(f"Set GPU(s) {targets} to {what}?"),
-                             lambda yes: self.send_control(request) if yes else None)
+                             lambda yes: self.send_control(request, clears_marks=consumed) if yes else None)
 
         self.push_screen(PowerDialog(gpus), dialog_closed)
 
@@ -382,13 +460,17 @@ class GpumixApp(App[None]):
     def _show_plan(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
         if not self._dashboard_in_front():
             return
-        def confirmed(choice: str | None) -> None:
+        def restart(choice: str | None) -> None:
             if choice == "split":
                 self.send_control({"type": "replan", "job": plan["job"], "plan": plan})
             elif choice == "without":
                 self.plan_without_tier(plan, snapshot)
 
-        self.push_screen(PlanScreen(plan, snapshot), confirmed)
+        def chosen(choice: str | None) -> None:
+            if choice is not None:  # a restart stops a training job: asked once more
+                self.push_screen(ConfirmScreen(restart_question(plan, choice)), lambda yes: restart(choice) if yes else None)
+
+        self.push_screen(PlanScreen(plan, snapshot), chosen)
 
     @work(thread=True, group="control")
     def plan_without_tier(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
@@ -400,15 +482,20 @@ class GpumixApp(App[None]):
             self.call_from_thread(self.send_control, {"type": "replan", "job": data["job"], "plan": data})
 
     @work(thread=True, group="control")
-    def send_control(self, request: dict[str, Any]) -> None:
+    def send_control(self, request: dict[str, Any], clears_marks: bool = False) -> None:
         reply = self.source.control({**request, "user": _user_name()})
-        self.call_from_thread(self._control_done, reply)
+        self.call_from_thread(self._control_done, reply, clears_marks)
 
-    def _control_done(self, reply: dict[str, Any]) -> None:
+    def _control_done(self, reply: dict[str, Any], clears_marks: bool = False) -> None:
+        """The hub's answer in one toast. Marks are cleared only by the cap change they were
+        made for (a fit or a re-plan keeps them), and the toast says so."""
         self.last_control_reply = reply
-        self.say(reply["message"], severity="information" if reply["ok"] else "error")
-        if reply["ok"]:
+        cleared = reply["ok"] and clears_marks and bool(self.table.marked)
+        if cleared:
             self.table.marked.clear()
+            self._marks_changed()
+        message = fmt.plain(reply["message"], max_chars=1000) + (" · marks cleared" if cleared else "")
+        self.say(message, severity="information" if reply["ok"] else "error")
 
     last_control_reply: dict[str, Any] | None = None
 

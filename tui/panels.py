@@ -103,21 +103,29 @@ def _fit(line: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, spark_width: int = 15) -> str:
-    """Five lines for the selected GPU, with history sparklines, and its processes."""
+DETAIL_TEXT_LINES = 7  # the detail panel's lines before any chart (head ... uuid)
+CHART_MIN_ROWS = 2  # a history chart is drawn only when it gets at least this many rows
+CHART_LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, height: int = DETAIL_TEXT_LINES) -> str:
+    """The selected GPU in `height` lines of `width` columns (nothing cut: what does not fit
+    comes later or is left out): readings with sparklines, clocks, why clocks are held, its
+    processes, its UUID; with rows to spare, taller history charts."""
     index = gpu["index"]
     where = f" on {fmt.plain(gpu['node'])} (its GPU {fmt.plain(gpu['node_index'])})" if gpu.get("node") else ""  # several hubs
-    head = f"GPU {fmt.plain(index)}{where} {fmt.plain(gpu['name'])} · {fmt.plain(gpu['pci_bus_id'] or None)} · {fmt.plain(gpu['uuid'])}"
+    head = f"GPU {fmt.plain(index)}{where} {fmt.plain(gpu['name'])} · {fmt.plain(gpu['pci_bus_id'] or None)}"
+    uuid = f" uuid {fmt.plain(gpu['uuid'])}"
     if gpu["lost"]:
-        lines = [head, " GPU is lost (NVML: GPU is lost): it fell off the bus or needs a reset."]
-        return "\n".join(_fit(line, width) for line in lines)
+        lines = [head, " GPU is lost (NVML: GPU is lost): it fell off the bus or needs a reset.", uuid]
+        return "\n".join(_fit(line, width) for line in lines[:max(1, height)])
+    spark_width = max(4, min(40, (width - 56) // 2))  # the rx/tx line holds two sparklines and the link
     link_top = gpu["pcie_link_bytes_per_s_max"] or None
     util = fmt.spark(series(index, "util_gpu_pct"), spark_width, top=100)
     power = fmt.spark(series(index, "power_w"), spark_width, top=gpu["power_cap_w"] or None)
     rx = fmt.spark(series(index, "pcie_rx_bytes_per_s"), spark_width, top=link_top)
     tx = fmt.spark(series(index, "pcie_tx_bytes_per_s"), spark_width, top=link_top)
     reasons = ", ".join(map(fmt.plain, gpu["clock_event_reasons"] or [])) or "none"
-    replays = fmt.fixed(gpu["pcie_replay_count"])
     energy = fmt.fixed(gpu["energy_j"], 1, scale=1 / 1000)
     energy = energy if energy == fmt.NA else energy + " kJ"
     lines = [
@@ -125,14 +133,63 @@ def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, spark_wi
         f" util {util} {fmt.pct(gpu['util_gpu_pct']):>4}   power {power} {fmt.power_draw_cap(gpu['power_w'], gpu['power_cap_w'])}"
         f" ({fmt.watts(gpu['power_limit_min_w'])}–{fmt.watts(gpu['power_limit_max_w'])},"
         f" def {fmt.watts(gpu['power_limit_default_w'])})",
-        f" rx   {rx} {fmt.rate(gpu['pcie_rx_bytes_per_s']):>4}   tx    {tx} {fmt.rate(gpu['pcie_tx_bytes_per_s']):>4}/s"
+        f" rx   {rx} {fmt.rate(gpu['pcie_rx_bytes_per_s']):>4}/s tx    {tx} {fmt.rate(gpu['pcie_tx_bytes_per_s']):>4}/s"
         f"  link {fmt.link(gpu['pcie_link_gen_current'], gpu['pcie_link_width_current'])}"
         f" max {fmt.link(gpu['pcie_gen_max'], gpu['pcie_width_max'])} card g{fmt.plain(gpu['pcie_gen_max_gpu'] or '?')}",
         f" SM {fmt.mhz(gpu['clock_sm_mhz'])} MHz · mem {fmt.mhz(gpu['clock_mem_mhz'])} MHz · fan {fmt.pct(gpu['fan_pct'])}"
-        f" · held by: {reasons} · replays {replays} · {energy}",
+        f" · energy {energy} · PCIe replays {fmt.fixed(gpu['pcie_replay_count'])}",
+        f" held by: {reasons}",
         " procs: " + process_summary(gpu["processes"]),
+        uuid,
     ]
-    return "\n".join(_fit(line, width) for line in lines)
+    lines = [_fit(line, width) for line in lines][:max(1, height)]
+    lines += history_charts(gpu, series, width, height - len(lines))
+    return "\n".join(lines)
+
+
+def history_charts(gpu: dict[str, Any], series: SeriesFn, width: int, rows: int) -> list[str]:
+    """Utilization and power, then PCIe RX and TX, side by side as charts `rows` tall in all,
+    each on its fixed range (0–100 %, 0–cap, 0–the link's max): nothing when too few rows."""
+    pair_rows = [(rows - 1) // 2, (rows - 1) // 2] if rows >= 2 * (CHART_MIN_ROWS + 1) + 1 else [rows - 1, 0]
+    if pair_rows[0] < CHART_MIN_ROWS:
+        return []
+    index = gpu["index"]
+    half = (width - 3) // 2
+    link_top = fmt.number(gpu["pcie_link_bytes_per_s_max"])
+    cap = fmt.number(gpu["power_cap_w"])
+    pairs = [
+        (("util %", "util_gpu_pct", 100.0, "0–100"), ("power W", "power_w", cap, f"0–{fmt.watts(cap)} W cap")),
+        (("PCIe rx", "pcie_rx_bytes_per_s", link_top, f"0–{fmt.rate(link_top)}/s link"),
+         ("PCIe tx", "pcie_tx_bytes_per_s", link_top, f"0–{fmt.rate(link_top)}/s link")),
+    ]
+    lines = [""]
+    for (left, right), chart_rows in zip(pairs, pair_rows, strict=True):
+        if chart_rows < CHART_MIN_ROWS:
+            break
+        blocks = []
+        for name, field, top, scale in (left, right):
+            values = series(index, field)[-half:]
+            blocks.append([_fit(f"{name} ({scale}, last {len(values)} samples)", half),
+                           *chart_block(values, half, chart_rows - 1, top)])
+        lines += [f"{a:<{half}}   {b}".rstrip() for a, b in zip(*blocks, strict=True)]
+    return lines
+
+
+def chart_block(values: list[float | None], width: int, rows: int, top: float | None) -> list[str]:
+    """The last `width` values as bars `rows` tall, eighths of a row each, scaled 0..`top`
+    (no top known: nothing drawn rather than a guessed scale)."""
+    recent = [fmt.number(v) for v in values[-width:]]
+    if not top or top <= 0:
+        return [""] * rows
+    eighths = [None if v is None else round(min(1.0, max(0.0, v / top)) * rows * 8) for v in recent]
+    out = []
+    for row in range(rows - 1, -1, -1):
+        chars = []
+        for level in eighths:
+            filled = 0 if level is None else level - row * 8
+            chars.append(" " if filled <= 0 else CHART_LEVELS[min(filled, 8) - 1])
+        out.append("".join(chars).rjust(width))
+    return out
 
 
 def process_summary(processes: list[dict[str, Any]]) -> str:

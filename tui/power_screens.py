@@ -66,7 +66,7 @@ class PowerDialog(Dialog[dict[str, Any] | None]):
     """Returns a power request ({action, gpus, watts}) or None when cancelled."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="power.cancel")]
-    DEFAULT_CSS = DIALOG_CSS.format(name="PowerDialog")
+    DEFAULT_CSS = DIALOG_CSS.format(name="PowerDialog") + "PowerDialog VerticalScroll { height: auto; max-height: 12; }\n"
 
     def __init__(self, gpus: list[dict[str, Any]]) -> None:
         super().__init__()
@@ -75,13 +75,14 @@ class PowerDialog(Dialog[dict[str, Any] | None]):
     def compose(self) -> ComposeResult:
         lines = [f"Power cap for {len(self.gpus)} GPU(s)", ""]
         for gpu in self.gpus:
-            lines.append(
-                f" GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier']):<13} draw {fmt.watts(gpu['power_w']):>4} W  cap {fmt.watts(gpu['power_cap_w']):>4} W"
-                f"  default {fmt.watts(gpu['power_limit_default_w'])} W  range {fmt.watts(gpu['power_limit_min_w'])}–"
+            lines.append(  # one line in the dialog's 72 columns
+                f" GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier']):<13} draw {fmt.watts(gpu['power_w']):>4} W · cap {fmt.watts(gpu['power_cap_w']):>4} W"
+                f" · def {fmt.watts(gpu['power_limit_default_w'])} W · {fmt.watts(gpu['power_limit_min_w'])}–"
                 f"{fmt.watts(gpu['power_limit_max_w'])} W"
             )
         with Vertical():
-            yield Static(Text("\n".join(lines)))
+            with VerticalScroll(can_focus=False):  # many GPUs marked: their lines scroll, the field and buttons stay
+                yield Static(Text("\n".join(lines)))
             yield Input(placeholder="new cap in watts", id="watts")
             yield Label("", id="problem", classes="error", markup=False)  # it quotes what was typed
             with Horizontal():
@@ -147,6 +148,9 @@ class FitScreen(Dialog[bool]):
             with Horizontal():
                 yield Button("Apply…", id="apply", variant="warning")
                 yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#apply", Button).focus()  # Enter applies (after the confirmation), not the scroll
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "apply")

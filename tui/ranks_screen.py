@@ -10,14 +10,18 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
 from gpumix.tui import format as fmt
-from gpumix.tui.gpu_table import short_tier
+from gpumix.tui.gpu_table import WIDE_MIN_WIDTH, short_tier
 from gpumix.tui.panels import run_line
 from gpumix.tui.snapshot_view import SnapshotView
 
-COLUMNS = (("rank", "Rank"), ("gpu", "GPU"), ("step", "Step"), ("step_time", "Step s"), ("compute", "Compute s"),
-           ("samples", "Samples/s"), ("comm", "Comm%"), ("wait", "Wait%"), ("peak", "Peak mem"),
-           ("cpu", "CPU%"), ("loss", "Loss"), ("trend", "Loss trend"),
-           ("amp", "AMP"), ("scale", "Loss scale"), ("skipped", "Skipped"))
+# What people read first comes first, short enough that at 80 columns it needs no scrolling
+# (issue 12: Peak mem, CPU %, Loss and its trend were behind a horizontal scroll); the rest follows.
+COLUMNS = (("rank", "Rank"), ("gpu", "GPU"), ("step_time", "Step s"), ("samples", "Smp/s"), ("comm", "Comm%"),
+           ("wait", "Wait%"), ("peak", "Peak"), ("cpu", "CPU%"), ("loss", "Loss"), ("trend", "Trend"),
+           ("step", "Step"), ("compute", "Compute s"), ("amp", "AMP"), ("scale", "Loss scale"), ("skipped", "Skipped"))
+LEGEND = " rank! straggler · (gone) left the job · Peak: memory · more columns →"
+NARROW_TREND = 8  # the loss trend's width below WIDE_MIN_WIDTH; wider terminals get WIDE_TREND
+WIDE_TREND = 16
 AMP_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
              "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 
@@ -35,17 +39,17 @@ def amp_cells(rank: dict[str, Any]) -> tuple[str, str, str]:
     return amp, fmt.NA if scale is None else f"{scale:.6g}", skipped
 
 
-def rank_row(rank: dict[str, Any], gpus: dict[str, dict[str, Any]]) -> tuple[Text, ...]:
-    """The cells of one rank, as plain Text: a rank's fields are data, never markup."""
+def rank_row(rank: dict[str, Any], gpus: dict[str, dict[str, Any]], trend_width: int = NARROW_TREND) -> tuple[Text, ...]:
+    """The cells of one rank in COLUMNS' order, as plain Text: a rank's fields are data, never markup."""
     gpu = gpus.get(rank["gpu_uuid"] or "")
-    where = f"{fmt.plain(gpu['index'])} {short_tier(gpu['tier'])}" if gpu else fmt.plain(rank["gpu_uuid"] or None)[:12]
-    label = f"{fmt.plain(rank['rank'])}{' straggler' if rank['straggler'] else ''}{'' if rank['connected'] else ' (gone)'}"
+    where = f"{fmt.plain(gpu['index'])} {short_tier(gpu['tier'])}"[:14] if gpu else fmt.plain(rank["gpu_uuid"] or None)[:12]
+    label = f"{fmt.plain(rank['rank'])}{'!' if rank['straggler'] else ''}{'' if rank['connected'] else ' (gone)'}"
     peak = fmt.gib(rank["mem_peak_bytes"])
     cells = (
-        where, fmt.plain(rank["step"]), fmt.fixed(rank["step_time_s"], 3), fmt.fixed(rank["compute_s"], 3),
-        fmt.fixed(rank["samples_per_s"]), fmt.share(rank["comm_share"]), fmt.share(rank["data_wait_share"]),
-        peak if peak == fmt.NA else peak + "G", fmt.pct(rank["cpu_pct"]), fmt.fixed(rank["loss"], 4),
-        fmt.spark(rank["loss_history"], 16, relative=True), *amp_cells(rank),
+        where, fmt.fixed(rank["step_time_s"], 3), fmt.fixed(rank["samples_per_s"]), fmt.share(rank["comm_share"]),
+        fmt.share(rank["data_wait_share"]), peak if peak == fmt.NA else peak + "G", fmt.pct(rank["cpu_pct"]),
+        fmt.fixed(rank["loss"], 4), fmt.spark(rank["loss_history"], trend_width, relative=True),
+        fmt.plain(rank["step"]), fmt.fixed(rank["compute_s"], 3), *amp_cells(rank),
     )
     return (Text(label, style="bold" if rank["straggler"] else ""), *(Text(cell) for cell in cells))
 
@@ -55,8 +59,9 @@ class RanksScreen(SnapshotView):
 
     def compose(self) -> ComposeResult:
         yield Static(id="ranks-run")
+        yield Static(Text(LEGEND), id="ranks-legend")
         yield DataTable(id="ranks", cursor_type="row")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -70,8 +75,9 @@ class RanksScreen(SnapshotView):
         wanted = {f"{rank['job']}:{rank['rank']}": rank for rank in snapshot["ranks"]}
         for key in [row.value for row in table.rows if row.value not in wanted]:
             table.remove_row(key)
+        trend_width = WIDE_TREND if self.app.size.width >= WIDE_MIN_WIDTH else NARROW_TREND
         for key, rank in wanted.items():
-            cells = rank_row(rank, gpus)
+            cells = rank_row(rank, gpus, trend_width)
             if key not in table.rows:
                 table.add_row(*cells, key=key)
                 continue

@@ -1,0 +1,38 @@
+"""Below the smallest size the monitor is laid out for, one clear notice instead of clipped controls."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Static
+
+MIN_WIDTH = 80  # every screen and dialog is laid out to fit 80x24 (an SSH session's default)
+MIN_HEIGHT = 24
+
+
+def too_small(width: int, height: int) -> bool:
+    return width < MIN_WIDTH or height < MIN_HEIGHT
+
+
+def notice_text(width: int, height: int) -> str:
+    return f"terminal too small (need {MIN_WIDTH}x{MIN_HEIGHT}, have {width}x{height})\nq quits"
+
+
+class TooSmallScreen(Screen[None]):
+    """Covers everything while the terminal is too small; the app pops it once the terminal grows."""
+
+    DEFAULT_CSS = """
+    TooSmallScreen { align: center middle; }
+    TooSmallScreen > Static { width: auto; height: auto; text-style: bold; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="too-small")
+
+    def on_mount(self) -> None:
+        self.show_size(*self.app.size)
+
+    def show_size(self, width: int, height: int) -> None:
+        if self.is_mounted:
+            self.query_one("#too-small", Static).update(Text(notice_text(width, height), justify="center"))
