@@ -96,6 +96,9 @@ def training_summary(snapshot: dict[str, Any]) -> list[str]:
     from gpumix.tui.panels import run_line
 
     lines = ["run:" + run_line(snapshot).replace("\n", "\n    ")]
+    plan = plan_line(snapshot.get("plan"))
+    if plan:
+        lines.append(plan)
     ranks = [rank for rank in snapshot.get("ranks") or [] if isinstance(rank, dict)]
     for rank in ranks[:ONCE_MAX_RANKS]:
         flags = (" straggler" if rank.get("straggler") else "") + ("" if rank.get("connected", True) else " gone")
@@ -109,6 +112,29 @@ def training_summary(snapshot: dict[str, Any]) -> list[str]:
     for finding in findings:
         lines.append(f"  {fmt.plain(finding.get('severity'))}: {fmt.plain(finding.get('title'), max_chars=200)}")
     return lines
+
+
+def plan_line(plan: Any) -> str | None:
+    """The plan in force (snapshot["plan"]) as one line: its id, job, global batch and split n_r (m_r x k_r)."""
+    from gpumix.tui import format as fmt
+
+    if not isinstance(plan, dict):
+        return None
+    name = f"plan {fmt.plain(plan.get('plan_id'), max_chars=40)}" if plan.get("plan_id") else "the job's own split"
+    parts = [f"plan: {name} of {fmt.plain(plan.get('job'), max_chars=60)}"]
+    shares = [share for share in plan.get("ranks") or [] if isinstance(share, dict)]
+    if shares:
+        split = " ".join(f"{fmt.plain(s.get('samples'))}({fmt.plain(s.get('micro_batch'))}x"
+                         f"{fmt.plain(s.get('accumulation_steps'))})" for s in shares[:ONCE_MAX_RANKS])
+        more = f" +{len(shares) - ONCE_MAX_RANKS} ranks" if len(shares) > ONCE_MAX_RANKS else ""
+        parts.append(f"global batch {fmt.plain(plan.get('global_batch'))}, n_r(m_r x k_r) {split}{more}")
+    else:
+        parts.append("split not whole yet (ranks starting)")
+    if plan.get("applied_at_step"):
+        parts.append(f"from step {fmt.plain(plan.get('applied_at_step'))}")
+    if fmt.number(plan.get("predicted_speedup")) is not None:
+        parts.append(f"{fmt.fixed(plan.get('predicted_speedup'), 2)}x predicted")
+    return ", ".join(parts)
 
 
 def refuse_own_hub_flags(args: argparse.Namespace, why: str) -> None:
