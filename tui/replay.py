@@ -9,14 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Static
 
 from gpumix.record.replay import ReplaySource
 from gpumix.tui.app import GpumixApp
+from gpumix.tui.screens import HelpScreen, help_text
 
 REPLAY_POLL_S = 0.25  # the screen follows the replay at 4 Hz whatever its speed
+# The player's keys, said short on the banner's second line and long in the help box.
+PLAYER_KEYS = (("P", "pause/play", "pause / play"), ("[ ]", "-10/+10 s", "seek back / forward 10 s"),
+               ("{ }", "-60/+60 s", "seek back / forward 60 s"),
+               ("+ -", "faster/slower", "faster / slower (0.5× … 16×)"))
+PLAYER_KEYS_LINE = "   ".join(f"{keys} {short}" for keys, short, _ in PLAYER_KEYS) + "   ? help"
+PLAYER_HELP = "[b]Replay[/b] (read-only: no controls)\n" + "\n".join(
+    f"  {escape(keys):<13}{meaning}" for keys, _, meaning in PLAYER_KEYS)
 
 
 class ReplayApp(GpumixApp):
@@ -30,7 +39,7 @@ class ReplayApp(GpumixApp):
         Binding("plus", "replay_speed(1)", "Faster", key_display="+", show=False, id="replay_faster"),
         Binding("minus", "replay_speed(-1)", "Slower", key_display="-", show=False, id="replay_slower"),
     ]
-    DEFAULT_CSS = "#replay { height: 1; padding: 0 1; background: $boost; color: $warning; }"
+    DEFAULT_CSS = "#replay { height: 2; padding: 0 1; background: $boost; color: $warning; }"
 
     def __init__(self, source: ReplaySource, interval_s: float = REPLAY_POLL_S, theme: str | None = None) -> None:
         super().__init__(source, interval_s=min(interval_s, REPLAY_POLL_S), theme=theme, readonly=True)
@@ -40,7 +49,7 @@ class ReplayApp(GpumixApp):
         for widget in super().compose():
             yield widget
             if widget.id == "title":
-                yield Static(self.replay.status_line(), id="replay", markup=False)
+                yield Static(self._banner(), id="replay", markup=False)
 
     def render_snapshot(self, snapshot: dict[str, Any]) -> None:
         super().render_snapshot(snapshot)
@@ -52,9 +61,17 @@ class ReplayApp(GpumixApp):
 
     def _show_status(self) -> None:
         try:
-            self.query_one("#replay", Static).update(self.replay.status_line())
+            self.query_one("#replay", Static).update(self._banner())
         except Exception:  # a screen without the status line is on top
             pass
+
+    def _banner(self) -> str:
+        """Where the replay is, then its keys with what they do."""
+        return f"{self.replay.status_line()}\n{PLAYER_KEYS_LINE}"
+
+    def action_help(self) -> None:
+        # the player's keys instead of the controls a replay does not have (c, b, s, space, T)
+        self.push_screen(HelpScreen(help_text(controls=False, more=PLAYER_HELP)))
 
     def _jump(self) -> None:
         """Show the new position now rather than at the next poll."""

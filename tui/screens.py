@@ -17,30 +17,44 @@ from gpumix.tui.chart import LARGEST_FULL, SMALLEST_FULL, data_full_scale, fixed
 from gpumix.tui.dialog import Dialog
 from gpumix.tui.snapshot_view import SnapshotView
 
-HELP_TEXT = """\
-[b]gpumix-top[/b] — GPUs of a mixed box, their links and power, beside training.
-
+# Rich markup ([b]...[/b]); lines within 72 columns, so the box does not wrap them at 80x24.
+HELP_INTRO = "[b]gpumix-top[/b] — GPUs of a mixed box, their links and power, beside training."
+HELP_VIEW_KEYS = """\
 [b]Keys[/b]
-  ↑/↓ or j/k   select a GPU            enter   history charts of the GPU
-  v            hardware / training columns      r   ranks of the job
-  f            advice (the findings)   g       tiers: who waits, who drags
-  t            P2P and topology        p       processes on the GPUs
-  c            power cap of the selected (or marked) GPUs; space marks a GPU,
-               T marks its whole tier  b       fit caps to the power budget
-  s            re-plan the per-rank batch split (a job under `gpumix run`)
+  ↑/↓ or j/k   select a GPU          enter   history charts of the GPU
+  v            hardware / training columns
+  r            ranks of the job      f       advice (the findings)
+  g            tiers: who waits, who drags
+  t            P2P and topology      p       processes on the GPUs
   ctrl+p       command palette (themes: "Change theme")
-  ?            this help               q       quit (esc closes a screen)
-  (--readonly hides c, b, s, space and T)
-
+  ?            this help             q       quit (esc closes a screen)"""
+HELP_CONTROL_KEYS = """\
+[b]Controls[/b] (--readonly hides them)
+  c            power cap of the selected (or marked) GPUs
+  space        mark a GPU            T       mark its whole tier
+  b            fit the caps to the power budget
+  s            re-plan the per-rank batch split (a job under `gpumix run`)"""
+HELP_TABLE = """\
 [b]GPU table[/b]
-  Util     GPU utilization (nvidia-smi utilization.gpu); below 50 % is flagged
-  Mem      memory used / total        Power   draw / cap in W
-  Thr      why clocks are held: pwr (power cap), thm (thermal), hw, idle, - none
-  Link     PCIe gen x width now / max for card and slot together;
-           '!' = below max under load (at idle a drop to gen1 is normal)
-  RX/TX    PCIe bytes per second      Lnk%    busier direction, share of link
-  N/A      the driver does not report it for this card
-"""
+  Util   GPU utilization (nvidia-smi utilization.gpu); < 50 % flagged
+  Mem    memory used / total          Power   draw / cap in W
+  Thr    why clocks are held: pwr (power cap), thm (thermal), hw,
+         idle, - none
+  Link   PCIe gen x width now / max for card and slot together;
+         '!' = below max under load (at idle a drop to gen1 is normal)
+  RX/TX  PCIe bytes per second        Lnk%    busier direction's share
+  N/A    the driver does not report it for this card"""
+
+
+def help_text(controls: bool = True, more: str = "") -> str:
+    """The help box's text: the keys, the controls when the app has them, `more` (markup, such as
+    a replay's player keys), then the table's columns."""
+    parts = [HELP_INTRO, HELP_VIEW_KEYS, *([HELP_CONTROL_KEYS] if controls else []), *([more] if more else []),
+             HELP_TABLE]
+    return "\n\n".join(parts) + "\n"
+
+
+HELP_TEXT = help_text()
 
 
 class HelpScreen(Dialog[None]):
@@ -54,9 +68,13 @@ class HelpScreen(Dialog[None]):
     HelpScreen > VerticalScroll { width: 78; max-height: 22; border: round $primary; background: $surface; padding: 0 1; }
     """
 
+    def __init__(self, text: str = HELP_TEXT) -> None:
+        super().__init__()
+        self.text = text
+
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(HELP_TEXT, id="help-text")
+            yield Static(self.text, id="help-text")
 
 
 class TopologyScreen(SnapshotView):

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+# P2P status as NVML words it (nvml_topology.P2P_STATUS), shortened as `nvidia-smi topo -p2p r` does
+P2P_SHORT = {"OK": "OK", "GPU not supported": "GNS", "chipset not supported": "CNS", "topology not supported": "TNS",
+             "disabled by regkey": "DIS", "not supported": "NS", "unknown": "U", None: "N/A"}
+# Every word a matrix cell can hold, explained under the matrices (the NVLink count varies: NV1 ... NV18).
+LEGEND = [
+    "X the GPU itself · N/A not read (a lost GPU, or the driver does not say)",
+    "NV# joined by # NVLinks, direct or through NVSwitches (NV4: four links)",
+    "BOARD same board · PIX 1 PCIe switch · PXB several switches · PHB host bridge",
+    "NODE within a NUMA node · SYS across the system (SMP interconnect)",
+    "OK P2P works · GNS GPU not supported (GeForce) · CNS chipset not supported",
+    "TNS topology not supported · DIS off by regkey · NS not supported · U unknown",
+]
+
 
 def topology_text(snapshot: dict[str, Any]) -> str:
     """P2P read status and topology per pair, like `nvidia-smi topo -m` and `topo -p2p r`."""
     count = len(snapshot["gpus"])
     pairs = {(link["gpu_a"], link["gpu_b"]): link for link in snapshot["p2p"]}
-    short = {"OK": "OK", "GPU not supported": "GNS", "chipset not supported": "CNS", "topology not supported": "TNS",
-             "disabled by regkey": "DIS", "not supported": "NS", "unknown": "U", None: "N/A"}
 
     def matrix(title: str, cell: Any) -> list[str]:
         lines = [title, "      " + "".join(f"GPU{b:<4}" for b in range(count))]
@@ -26,14 +37,11 @@ def topology_text(snapshot: dict[str, Any]) -> str:
         return lines
 
     lines = matrix("Topology (common ancestor)", lambda link: link["topology"] or "N/A")
-    lines += [""] + matrix("P2P read", lambda link: short.get(link["read"], link["read"]))
-    lines += [""] + matrix("P2P write", lambda link: short.get(link["write"], link["write"]))
+    lines += [""] + matrix("P2P read", lambda link: P2P_SHORT.get(link["read"], link["read"]))
+    lines += [""] + matrix("P2P write", lambda link: P2P_SHORT.get(link["write"], link["write"]))
     ok = sum(1 for link in snapshot["p2p"] if link["read"] == "OK")
+    lines += ["", *LEGEND]
     lines += [
-        "",
-        "BOARD same board · PIX one PCIe switch · PXB several switches · PHB host bridge",
-        "NODE within a NUMA node · SYS across the system (SMP interconnect)",
-        "OK peer-to-peer works · GNS GPU not supported (GeForce) · CNS chipset · TNS topology",
         f"{ok} of {len(snapshot['p2p'])} pairs can use P2P"
         + ("; the rest go through host memory (NCCL's SHM transport)." if ok < len(snapshot["p2p"]) else "."),
     ]
