@@ -10,9 +10,13 @@ import pytest
 from textual.widgets import Static
 
 from gpumix.hub import Hub
+from gpumix.record.replay import ReplaySource
 from gpumix.tui.app import GpumixApp
+from gpumix.tui.replay import ReplayApp
 from gpumix.tui.screens import CHARTS, GpuChartsScreen, chart_text
+from tests.conftest import ManualClock
 from tests.screen import started
+from tests.test_recording import recorded_hub
 from tests.waiting import wait_until_async
 
 GIB = 1024**3
@@ -125,3 +129,25 @@ async def test_the_chart_screen_on_the_demo_draws_on_fixed_labelled_scales(demo_
         assert gpu["power_w"] == gpu["power_cap_w"] == 170.0
         assert rows_drawn(power) == [170.0], power
         assert power.splitlines()[-1].strip() == "seconds ago"
+
+
+async def test_a_replay_charts_its_samples_at_the_recorded_spacing_not_its_poll(demo_hardware, clock: ManualClock,
+                                                                                 tmp_path) -> None:
+    path = tmp_path / "rec.sqlite"
+    _, recorder = recorded_hub(demo_hardware, clock, path, ticks=21)  # one sample a second
+    recorder.close()
+    source = ReplaySource(path, clock=ManualClock(0.0))
+    source.seek(10_000)
+    source.toggle_pause()
+    app = ReplayApp(source)  # polls at 4 Hz
+    async with app.run_test(size=(100, 40)) as pilot:
+        await started(pilot, app)
+        await pilot.press("enter")
+        await wait_until_async(lambda: isinstance(app.screen, GpuChartsScreen), pause=pilot.pause, what="the charts")
+        await wait_until_async(lambda: rows_drawn(str(app.screen.query_one("#chart-power_w", Static).render())),
+                               pause=pilot.pause, what="a drawn power chart")
+        title = str(app.screen.query_one("#charts-title", Static).render())
+        samples = int(re.search(r"last (\d+) samples", title)[1])
+        assert samples >= 15 and "1 s apart" in title, title
+        ticks = [float(t) for t in str(app.screen.query_one("#chart-power_w", Static).render()).splitlines()[-2].split()]
+        assert samples - 1 - 5 <= max(ticks) <= samples - 1, f"{samples} samples 1 s apart, the axis says {ticks}"

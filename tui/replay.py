@@ -1,8 +1,9 @@
 """gpumix-top --replay FILE: the dashboard over a recording, with a player's keys.
 
 P pause/play, [ ] seek ±10 s, { } seek ±60 s, + / - speed (0.5× … 16×). The
-status line under the title says where the replay is. Read-only: every control
-is hidden, and the source refuses any that arrives.
+banner under the title says where the replay is, and on its second line what
+each of these keys does; `?` lists them in place of the controls. Read-only:
+every control is hidden, and the source refuses any that arrives.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpumix.tui.app import GpumixApp
 from gpumix.tui.screens import HelpScreen, help_text
 
 REPLAY_POLL_S = 0.25  # the screen follows the replay at 4 Hz whatever its speed
+SPACING_SAMPLES = 101  # recorded snapshots whose gaps give the recording's interval
 # The player's keys, said short on the banner's second line and long in the help box.
 PLAYER_KEYS = (("P", "pause/play", "pause / play"), ("[ ]", "-10/+10 s", "seek back / forward 10 s"),
                ("{ }", "-60/+60 s", "seek back / forward 60 s"),
@@ -64,6 +66,14 @@ class ReplayApp(GpumixApp):
             self.query_one("#replay", Static).update(self._banner())
         except Exception:  # a screen without the status line is on top
             pass
+
+    @property
+    def series_interval_s(self) -> float:
+        """Seconds between recorded samples, for the charts' time axis: the recording hub's
+        interval (the median of the last gaps), not this app's faster poll."""
+        times = self.replay.times[-SPACING_SAMPLES:]
+        gaps = sorted(later - earlier for earlier, later in zip(times, times[1:], strict=False) if later > earlier)
+        return gaps[len(gaps) // 2] if gaps else self.interval_s
 
     def _banner(self) -> str:
         """Where the replay is, then its keys with what they do."""

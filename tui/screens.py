@@ -198,7 +198,8 @@ class GpuChartsScreen(SnapshotView):
         yield Footer()
 
     def show(self, snapshot: dict[str, Any]) -> None:
-        series, interval_s = self.app.cached_series, self.app.interval_s
+        # the series' own spacing where the app knows it (a replay polls faster than it was recorded)
+        series, interval_s = self.app.cached_series, getattr(self.app, "series_interval_s", self.app.interval_s)
         gpu = next((g for g in snapshot["gpus"] if g["uuid"] == self.uuid), None)
         if gpu is None:
             return
