@@ -1,18 +1,28 @@
 """Choose the hardware: real GPUs through NVML, or a simulated rig (the one place, with the demo,
-where the commands reach into the simulated world)."""
+where the commands reach into the simulated world).
+
+The simulated machine and the power layouts are imported only when a rig is asked for: the
+one-shot commands on real GPUs (`gpumix-top --once`, `gpumix doctor`) do not pay for them."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpumix.hw.hardware import Hardware
 from gpumix.hw.nvml_backend import NvmlBackend
-from gpumix.power.supplies import LayoutError, rig_layout
-from gpumix.sim.machine import SimMachine
-from gpumix.sim.nvml import SimNvml
-from gpumix.sim.rig import BUILTIN_RIGS, DEMO_RIG, Rig, RigError, load_builtin_rig, load_rig
+from gpumix.sim.rig import (  # light (tomllib, dataclasses), and RigError is re-exported
+    BUILTIN_RIGS,
+    DEMO_RIG,
+    RigError,
+    load_builtin_rig,
+    load_rig,
+)
+
+if TYPE_CHECKING:
+    from gpumix.sim.rig import Rig
 
 __all__ = ["Hardware", "RigError", "is_builtin_rig", "open_hardware", "simulated_hardware"]
 
@@ -25,6 +35,8 @@ def open_hardware(
 ) -> Hardware:
     """Raises NoDriverError (no NVIDIA driver) or RigError (bad rig file), each a one-line message."""
     if demo or sim_file:
+        from gpumix.power.supplies import LayoutError, rig_layout
+
         # --sim takes a file, or the name of a shipped rig (`gpumix rigs`) when no such file exists
         name = DEMO_RIG if not sim_file else sim_file if is_builtin_rig(sim_file) else None
         rig = load_builtin_rig(name) if name else load_rig(str(sim_file))
@@ -46,6 +58,9 @@ def is_builtin_rig(sim_file: str) -> bool:
 def simulated_hardware(
     rig: Rig, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time
 ) -> Hardware:
+    from gpumix.sim.machine import SimMachine
+    from gpumix.sim.nvml import SimNvml
+
     machine = SimMachine(rig, clock=clock)
     backend = NvmlBackend(nvml=SimNvml(machine), clock=clock, wall_clock=wall_clock)
     return Hardware(backend=backend, source=f"sim:{rig.name}", machine=machine, power_budget_w=rig.power_budget_w)
