@@ -17,6 +17,7 @@ from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
+from textual.geometry import Size
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -161,14 +162,22 @@ class GpumixApp(App[None]):
     # -- size: below 80x24 one notice instead of clipped controls -------------------------
 
     def on_resize(self, event: events.Resize) -> None:
+        # App.size follows a moment later (Textual applies it on a timer): the event's size is the new one
+        self._terminal_size = event.size
         self._check_size()
         if self.screen_stack and self.main_screen.query(GpuTable):
-            self.table.fit_width(self.size.width)
+            self.table.fit_width(self.terminal_size.width)
             self._refresh_now()
+
+    _terminal_size: Size | None = None
+
+    @property
+    def terminal_size(self) -> Size:
+        return self._terminal_size or self.size
 
     @property
     def too_small(self) -> bool:
-        return too_small(*self.size)
+        return too_small(*self.terminal_size)
 
     def _check_size(self) -> None:
         if not self.screen_stack:
@@ -177,7 +186,7 @@ class GpumixApp(App[None]):
         if self.too_small and notice is None:
             self.push_screen(TooSmallScreen())
         elif self.too_small and notice is not None:
-            notice.show_size(*self.size)
+            notice.show_size(*self.terminal_size)
         elif notice is not None:
             self.pop_screen()
             self._refresh_now()
@@ -281,7 +290,7 @@ class GpumixApp(App[None]):
             self._set_text("#run", run_line(snapshot))
             self._set_text("#title", title_line(snapshot))
             self._show_detail()
-            self._set_text("#host", host_text(snapshot, self.size.width - 2))
+            self._set_text("#host", host_text(snapshot, self.terminal_size.width - 2))
         self.renders += 1
 
     def _set_text(self, selector: str, text: str) -> None:
@@ -298,7 +307,7 @@ class GpumixApp(App[None]):
         if gpu is not None:
             self._series_index = gpu["index"]
             rows = self.main_screen.query_one("#detail").content_size.height or DETAIL_TEXT_LINES
-            self._set_text("#detail", detail_text(gpu, self.cached_series, self.size.width - 2, rows))
+            self._set_text("#detail", detail_text(gpu, self.cached_series, self.terminal_size.width - 2, rows))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()
@@ -383,7 +392,7 @@ class GpumixApp(App[None]):
     def _marks_changed(self) -> None:
         self.refresh_bindings()  # u shows in the footer only while marks exist
         # below 100 columns, u takes the palette hint's place (ctrl+p still works; the help says it)
-        self.main_screen.query_one(Footer).show_command_palette = not (self.table.marked and self.size.width < 100)
+        self.main_screen.query_one(Footer).show_command_palette = not (self.table.marked and self.terminal_size.width < 100)
         self._refresh_now()
 
     def _refresh_now(self) -> None:

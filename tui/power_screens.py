@@ -146,11 +146,11 @@ class FitScreen(Dialog[bool]):
             with VerticalScroll():
                 yield Static(Text("\n".join(lines)), id="fit-text")
             with Horizontal():
-                yield Button("Apply…", id="apply", variant="warning")
+                yield Button("Apply these caps", id="apply", variant="warning")  # this dialog is the confirmation
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#apply", Button).focus()  # Enter applies (after the confirmation), not the scroll
+        self.query_one("#apply", Button).focus()  # Enter applies, not the scroll
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "apply")

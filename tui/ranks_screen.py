@@ -75,7 +75,7 @@ class RanksScreen(SnapshotView):
         wanted = {f"{rank['job']}:{rank['rank']}": rank for rank in snapshot["ranks"]}
         for key in [row.value for row in table.rows if row.value not in wanted]:
             table.remove_row(key)
-        trend_width = WIDE_TREND if self.app.size.width >= WIDE_MIN_WIDTH else NARROW_TREND
+        trend_width = WIDE_TREND if getattr(self.app, "terminal_size", self.app.size).width >= WIDE_MIN_WIDTH else NARROW_TREND
         for key, rank in wanted.items():
             cells = rank_row(rank, gpus, trend_width)
             if key not in table.rows:

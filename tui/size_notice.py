@@ -31,7 +31,7 @@ class TooSmallScreen(Screen[None]):
         yield Static(id="too-small")
 
     def on_mount(self) -> None:
-        self.show_size(*self.app.size)
+        self.show_size(*getattr(self.app, "terminal_size", self.app.size))
 
     def show_size(self, width: int, height: int) -> None:
         if self.is_mounted:
