@@ -13,8 +13,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumix.tui import format as fmt
-
 MIN_STEPS, MAX_STEPS = 4, 8  # rows above the 0 row: enough to read, five charts still fit a scroll
 NICE_MANTISSAS = (1.0, 2.0, 2.5, 5.0)
 MAX_DECIMALS = 2  # a step that needs more is not exact enough to label: a nice step instead
@@ -62,11 +60,6 @@ class Scale:
 
     def label(self, row: int) -> str:
         return f"{self.value_of_row(row):.{self.decimals}f}"
-
-    def dot_of(self, value: float) -> int:
-        """The dot row (0 at the bottom, DOTS_PER_ROW per row) of a value, clipped to the scale."""
-        dot = math.floor((value / self.step + 0.5) * DOTS_PER_ROW)
-        return min(max(dot, 0), self.rows * DOTS_PER_ROW - 1)
 
 
 def fixed_scale(full: float) -> Scale:
@@ -122,51 +115,56 @@ def _time_labels(span_s: float, columns: int) -> str:
     return "".join(row).rstrip()
 
 
-def _dot_rows(values: Sequence[float | None], scale: Scale, dot_columns: int) -> list[set[int]]:
-    """For each dot column, the dot rows the line passes; neighbours joined, gaps left open."""
-    drawn: list[set[int]] = [set() for _ in range(dot_columns)]
+def _dot_masks(values: Sequence[float | None], scale: Scale, dot_columns: int) -> list[int]:
+    """For each dot column, the dot rows the line passes as bits (bit d: dot row d from the bottom);
+    neighbouring values joined by a straight line, gaps (None) left open."""
+    masks = [0] * dot_columns
     last = len(values) - 1
+    top_dot = scale.rows * DOTS_PER_ROW - 1
+    per_value = DOTS_PER_ROW / scale.step
     previous: tuple[int, int] | None = None  # (dot column, dot row) of the last known value
     for index, value in enumerate(values):
         if value is None:
             previous = None
             continue
         column = dot_columns - 1 if last == 0 else round(index * (dot_columns - 1) / last)
-        dot = scale.dot_of(value)
-        if previous is None:
-            drawn[column].add(dot)
-        else:
-            from_column, from_dot = previous
-            span = max(column - from_column, 1)
-            for step in range(1, span + 1):  # a straight line to the previous value, no holes
-                here = from_column + step if column > from_column else column
-                low_dot = from_dot + (dot - from_dot) * (step - 1) / span
-                high_dot = from_dot + (dot - from_dot) * step / span
-                low, high = sorted((round(low_dot), round(high_dot)))
-                drawn[here].update(range(low, high + 1))
+        dot = min(max(math.floor(value * per_value + DOTS_PER_ROW / 2), 0), top_dot)  # a quarter row each
+        from_column, from_dot = previous if previous is not None else (column, dot)
+        if column - from_column <= 1:  # the common case (more values than columns): one vertical stroke
+            low, high = min(from_dot, dot), max(from_dot, dot)
+            masks[column] |= (1 << (high + 1)) - (1 << low)
+        else:  # fewer values than columns: a straight line across the columns between them
+            span = column - from_column
+            for step in range(1, span + 1):
+                low_dot = round(from_dot + (dot - from_dot) * (step - 1) / span)
+                high_dot = round(from_dot + (dot - from_dot) * step / span)
+                low, high = min(low_dot, high_dot), max(low_dot, high_dot)
+                masks[from_column + step] |= (1 << (high + 1)) - (1 << low)
         previous = (column, dot)
-    return drawn
+    return masks
+
+
+# braille bits of one dot column's four dots (bit 0 the bottom dot), left and right side
+_BRAILLE_OF_NIBBLE = [[sum(BRAILLE_BITS[side][DOTS_PER_ROW - 1 - d] for d in range(DOTS_PER_ROW) if nibble >> d & 1)
+                       for nibble in range(16)] for side in range(DOTS_PER_COLUMN)]
 
 
 def line_chart(values: Sequence[float | None], scale: Scale, width: int, interval_s: float, title: str) -> str:
-    """`values` oldest first, `interval_s` apart, the last one now; None is a gap. Title, one line
-    per row (its value, then the line), the x axis, its labels and its unit."""
+    """`values` oldest first, `interval_s` apart, the last one now; what is no float is a gap.
+    Title, one line per row (its value, then the line), the x axis, its labels and its unit."""
     gutter = max(len(scale.label(row)) for row in range(scale.rows)) + 1
     columns = max(width - gutter - 1, 8)
     span_s = max((len(values) - 1) * interval_s, interval_s, 1e-3)
-    known = [v if (v := fmt.number(raw)) is not None and abs(v) <= LARGEST_FULL else None for raw in values]
-    drawn = _dot_rows(known, scale, columns * DOTS_PER_COLUMN)
+    # a gap: None, NaN, inf, anything not a float, and readings beyond any physical one
+    known = [v if isinstance(v, float) and -LARGEST_FULL <= v <= LARGEST_FULL else None for v in values]
+    masks = _dot_masks(known, scale, columns * DOTS_PER_COLUMN)
+    left, right = _BRAILLE_OF_NIBBLE
+    cells = [[left[masks[2 * c] >> shift & 15] | right[masks[2 * c + 1] >> shift & 15] for c in range(columns)]
+             for shift in range(0, scale.rows * DOTS_PER_ROW, DOTS_PER_ROW)]  # row 0 at the bottom
     lines = [title]
     for row in reversed(range(scale.rows)):
-        cells = []
-        for column in range(columns):
-            bits = 0
-            for side in range(DOTS_PER_COLUMN):
-                for dot in drawn[column * DOTS_PER_COLUMN + side]:
-                    if dot // DOTS_PER_ROW == row:
-                        bits |= BRAILLE_BITS[side][DOTS_PER_ROW - 1 - dot % DOTS_PER_ROW]
-            cells.append(chr(BRAILLE_BASE + bits) if bits else " ")
-        lines.append(f"{scale.label(row):>{gutter - 1}} ┤{''.join(cells).rstrip()}")
+        plot = "".join(chr(BRAILLE_BASE + bits) if bits else " " for bits in cells[row]).rstrip()
+        lines.append(f"{scale.label(row):>{gutter - 1}} ┤{plot}")
     lines.append(" " * gutter + "└" + "─" * columns)
     lines.append(" " * (gutter + 1) + _time_labels(span_s, columns))
     lines.append(" " * (gutter + 1) + X_UNIT.center(columns).rstrip())

@@ -176,7 +176,8 @@ def chart_text(spec: ChartSpec, gpu: dict[str, Any], raw_values: list[Any], widt
     scale = fixed_scale(full)
     title = f"{spec.title}  (scale 0–{scale.label(scale.steps)}"
     title += f"; {full_name} {full:.4g})" if full_name else ")"
-    if any(v is not None and (v > scale.top + scale.step / 2 or v < -scale.step / 2) for v in values):
+    present = [v for v in values if v is not None]
+    if present and (max(present) > scale.top + scale.step / 2 or min(present) < -scale.step / 2):
         title += " · values beyond the scale drawn at its edge"
     return line_chart(values, scale, width, interval_s, title)
 
