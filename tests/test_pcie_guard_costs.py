@@ -5,6 +5,7 @@ gives no rate for that tick rather than an aliased one. Calls are counted on the
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -132,3 +133,56 @@ def test_a_gpu_that_wakes_between_ticks_gives_no_rate_then_exact_ones(world: Wor
     reads = world.nvml.field_reads[GPU]
     world.one_tick_with_the_guard()
     assert world.nvml.field_reads[GPU] - reads == 1
+
+
+class SlowWindowNvml(FastIdleLinkNvml):
+    """nvmlDeviceGetPcieThroughput blocks like the real one (a 20 ms window): here until all
+    `together` calls are in at once (5 s at most), which calls made one after the other never are."""
+
+    together = 20  # 10 GPUs x (tx, rx)
+
+    def __init__(self, machine: SimMachine) -> None:
+        super().__init__(machine)
+        self.window_calls = 0
+        self._in = threading.Semaphore(0)
+        self._count_lock = threading.Lock()
+        self.all_in = threading.Event()
+
+    def nvmlDeviceGetPcieThroughput(self, handle: SimHandle, counter: int) -> int:
+        with self._count_lock:
+            self.window_calls += 1
+            if self.window_calls % self.together == 0:
+                self.all_in.set()
+        self.all_in.wait(5.0)
+        return super().nvmlDeviceGetPcieThroughput(handle, counter)
+
+
+def test_instant_first_pcie_gives_rates_on_the_first_tick_from_parallel_windows() -> None:
+    clock = ManualClock()
+    machine = SimMachine(load_builtin_rig("mixed-10"), clock=clock)  # the demo job: every GPU moves data
+    nvml = SlowWindowNvml(machine)
+    backend = NvmlBackend(nvml=nvml, clock=clock, wall_clock=clock)
+    backend._guard_stop.set()
+    try:
+        backend.instant_first_pcie = True
+        clock.advance(1.0)
+        machine.tick()
+        first = backend.sample()
+        assert nvml.all_in.is_set(), "the 20 windows ran one after the other"
+        for index, sample in enumerate(first):
+            activity = machine.gpus[index].activity
+            assert activity.pcie_rx_bytes_per_s > 0
+            assert sample.pcie_rx_bytes_per_s == int(activity.pcie_rx_bytes_per_s / 1000) * 1000.0  # KB/s from NVML
+            assert sample.pcie_tx_bytes_per_s == int(activity.pcie_tx_bytes_per_s / 1000) * 1000.0
+        clock.advance(0.05)  # guarded reads 50 ms apart: the counters take over
+        machine.tick()
+        second = backend.sample()
+        assert nvml.window_calls == 20
+        assert second[GPU].pcie_rx_bytes_per_s == pytest.approx(machine.gpus[GPU].activity.pcie_rx_bytes_per_s, abs=50.0)
+    finally:
+        backend.close()
+
+
+def test_without_instant_first_pcie_the_first_tick_has_no_rate(world: World) -> None:
+    first = world.tick()
+    assert all(sample.pcie_rx_bytes_per_s is None for sample in first)  # the default: no 20 ms window taken

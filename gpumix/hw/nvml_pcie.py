@@ -42,10 +42,17 @@ def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
 
 class NvmlPcie:
     """PCIe readings, a part of NvmlBackend (uses its `_call`, `_clock`, `_infos`, `_lost`, `unsupported`
-    and the `_pcie*` and `_guard_stop` state it sets up)."""
+    and the `_pcie*` and `_guard_stop` state it sets up).
+
+    `instant_first_pcie`: a tick whose counters give no rate yet (the first, or one after the GPU woke
+    unguarded) takes nvmlDeviceGetPcieThroughput's 20 ms window instead, all GPUs in parallel: a
+    one-shot (`gpumix-top --once`, `gpumix doctor`) then needs one tick, not two ticks and a wait."""
+
+    instant_first_pcie: bool = False
 
     def _fill_pcie(self, samples: list[GpuSample]) -> None:
         fallback: list[GpuSample] = []
+        instant: list[GpuSample] = []  # no counter rate this tick (a first reading): instant_first_pcie
         for sample in samples:
             if sample.lost:
                 continue
@@ -57,8 +64,10 @@ class NvmlPcie:
                 fallback.append(sample)
             elif rates is not None:
                 sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = rates
-        if fallback:
-            self._pcie_from_throughput(fallback)
+            elif self.instant_first_pcie:
+                instant.append(sample)
+        if fallback or instant:
+            self._pcie_from_throughput(fallback + instant)
 
     def _read_counters(self, index: int) -> PcieCounters | None:
         """Read fields 197/198 and fold them into the GPU's unwrapped totals."""
