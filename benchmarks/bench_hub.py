@@ -17,8 +17,16 @@ recorded per (rank, step). Reported, in ms:
     includes the one-step lag (1/R s, 50 ms at 20 steps/s).
 Goal: end-to-end p99 <= 100 ms.
 
-    .venv/bin/python benchmarks/bench_hub.py                       # both, JSON on stdout
+(c) CPU per tick (--tick-cpu, issue 13). A real `gpumix hub` process (default on the real GPUs;
+`--hub-command "gpumix hub --demo"` for the simulated rig) at 1 s, with N real agent processes
+stepping at R steps/s each, for each N in --tick-ranks; the hub's CPU (user + system, psutil) over
+the window, as % of one core and as ms per tick. The difference between rank counts is the cost per
+rank; the hub with no rank is the cost of its GPUs (and its fixed part). Goal: <= 0.5 % of a core
+for 10 GPUs and 10 ranks at 1 s.
+
+    .venv/bin/python benchmarks/bench_hub.py                       # (a) and (b), JSON on stdout
     .venv/bin/python benchmarks/bench_hub.py --out /tmp/hub.json --ingest-agents 1,4,16
+    .venv/bin/python benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --hub-command "gpumix hub --demo" --out hub_tick.json
 """
 
 from __future__ import annotations
@@ -29,15 +37,20 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import shlex
 import shutil
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
@@ -46,11 +59,13 @@ from gpumix.hub.server import HubServer
 from gpumix.sim.rig import load_builtin_rig
 from gpumix.wire import protocol
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: tests.waiting
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # the repository root: tests.waiting (last:
+# its gpumix/ must not shadow an installed gpumix, which has gpumix.agent and gpumix.tui)
 from tests.waiting import wait_until  # noqa: E402
 
 GOAL_INGEST_PER_S = 20_000
 GOAL_P99_MS = 100.0
+GOAL_HUB_CPU_PCT = 0.5  # of one core, 10 GPUs and 10 ranks at 1 s
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -235,6 +250,105 @@ def bench_latency(agents: int, rate: float, seconds: float, hub_core: int) -> di
             "one_step_lag_ms": round(1000 / rate, 1), "goal_met": bool(end_to_end) and e2e["p99"] <= GOAL_P99_MS}
 
 
+# -- (c) CPU per tick ----------------------------------------------------------------------------
+
+
+def steady_agent(path: str, rank: int, ranks: int, period_s: float, stop: Any) -> None:
+    """A rank stepping every period_s until told to stop (its step is a sleep: the hub is measured)."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK="0", WORLD_SIZE=str(ranks), GPUMIX_GPU_UUID="")
+    from gpumix.agent import Agent
+
+    agent = Agent(path, job="bench-tick")
+    index = 0
+    started = time.monotonic()
+    while not stop.is_set():
+        with agent.step(samples=32) as step:
+            index += 1
+            pause = started + index * period_s - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            step.loss = 1.0
+    agent.close()
+
+
+def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: float, warmup_s: float,
+                   socket_path: str | None) -> dict[str, Any]:
+    folder = tempfile.mkdtemp(prefix="gmxt", dir="/tmp")
+    path = socket_path or os.path.join(folder, "hub.sock")
+    log = open(os.path.join(folder, "hub.log"), "w+")  # noqa: SIM115 - read back at the end
+    hub = subprocess.Popen([*hub_command, "--socket", path], stdout=log, stderr=subprocess.STDOUT)
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=steady_agent, args=(path, rank, ranks, 1 / rate, stop), daemon=True)
+             for rank in range(ranks)]
+    result: dict[str, Any] = {"hub_command": shlex.join(hub_command), "ranks": ranks, "steps_per_s_per_rank": rate}
+    try:
+        from gpumix.hub.server import hub_answers
+
+        wait_until(lambda: hub.poll() is not None or hub_answers(path), 60, what="the hub's socket")
+        if hub.poll() is not None:
+            raise RuntimeError("the hub exited")
+        for proc in procs:
+            proc.start()
+        client = HubClient(path)
+        wait_until(lambda: len([r for r in (client.snapshot() or {}).get("ranks") or [] if r.get("step")]) >= ranks, 60,
+                   what=f"{ranks} ranks stepping")
+        time.sleep(warmup_s)
+        meter = psutil.Process(hub.pid)
+        cpu0, t0 = sum(meter.cpu_times()[:2]), time.monotonic()
+        time.sleep(seconds)
+        cpu1, t1 = sum(meter.cpu_times()[:2]), time.monotonic()
+        snapshot = client.snapshot() or {}
+        client.close()
+        cpu_pct = 100.0 * (cpu1 - cpu0) / (t1 - t0)
+        interval_s = float(snapshot.get("interval_s") or 1.0)
+        result.update({
+            "gpus": len(snapshot.get("gpus") or []), "ranks_seen": len(snapshot.get("ranks") or []),
+            "seconds": round(t1 - t0, 3), "hub_cpu_s": round(cpu1 - cpu0, 4),
+            "hub_cpu_pct_of_one_core": round(cpu_pct, 3), "interval_s": interval_s,
+            "hub_cpu_ms_per_tick": round(10.0 * cpu_pct * interval_s, 3),
+            "hub_rss_mb": round(meter.memory_info().rss / 1e6, 1),
+        })
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+        if hub.poll() is None:
+            hub.send_signal(signal.SIGTERM)
+            try:
+                hub.wait(30)  # a profiled hub writes its stats on the way out
+            except subprocess.TimeoutExpired:
+                hub.kill()
+        log.seek(0)
+        result["hub_log_tail"] = log.read()[-600:]
+        log.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    return result
+
+
+def tick_cpu_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per rank from the two extreme rank counts; per GPU from the hub with the fewest ranks."""
+    measured = [run for run in runs if "hub_cpu_pct_of_one_core" in run]
+    if not measured:
+        return {}
+    low, high = min(measured, key=lambda r: r["ranks"]), max(measured, key=lambda r: r["ranks"])
+    per_rank = ((high["hub_cpu_pct_of_one_core"] - low["hub_cpu_pct_of_one_core"]) / (high["ranks"] - low["ranks"])
+                if high["ranks"] > low["ranks"] else None)
+    per_gpu = low["hub_cpu_pct_of_one_core"] / low["gpus"] if low["gpus"] and low["ranks"] == 0 else None
+    summary: dict[str, Any] = {
+        "cpu_pct_per_rank": round(per_rank, 4) if per_rank is not None else None,
+        "cpu_pct_per_gpu_fixed_part_included": round(per_gpu, 4) if per_gpu is not None else None,
+        "note": "per GPU = the hub with no rank over its GPUs: its fixed part is counted in",
+    }
+    if per_rank is not None and per_gpu is not None:
+        summary["cpu_pct_for_10_gpus_10_ranks"] = round(10 * per_gpu + 10 * per_rank, 3)
+        summary["goal_pct"] = GOAL_HUB_CPU_PCT
+        summary["goal_met"] = summary["cpu_pct_for_10_gpus_10_ranks"] <= GOAL_HUB_CPU_PCT
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ingest-agents", default="1,4,16", help="comma-separated connection counts (default 1,4,16)")
@@ -245,8 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-seconds", type=float, default=10.0)
     parser.add_argument("--skip-ingest", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--tick-cpu", action="store_true", help="(c) only: a real hub's CPU per tick with N ranks")
+    parser.add_argument("--tick-ranks", default="0,10", help="with --tick-cpu: comma-separated rank counts (default 0,10)")
+    parser.add_argument("--tick-rate", type=float, default=10.0, help="with --tick-cpu: steps/s per rank (default 10)")
+    parser.add_argument("--tick-seconds", type=float, default=15.0, help="with --tick-cpu: measuring window (default 15)")
+    parser.add_argument("--tick-warmup", type=float, default=3.0, help="with --tick-cpu: seconds before it (default 3)")
+    parser.add_argument("--hub-command", default="gpumix hub --interval 1",
+                        help="with --tick-cpu: the hub to run (--socket is added; default: gpumix hub --interval 1)")
+    parser.add_argument("--socket", help="with --tick-cpu: a fixed socket path (default: a fresh one per run)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    if args.tick_cpu:
+        return main_tick_cpu(args)
 
     cores = all_cores()
     hub_core = cores[0]
@@ -271,6 +395,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(text + "\n")
     return 0
+
+
+def main_tick_cpu(args: argparse.Namespace) -> int:
+    runs = []
+    for ranks in (int(n) for n in args.tick_ranks.split(",")):
+        try:
+            runs.append(bench_tick_cpu(shlex.split(args.hub_command), ranks, args.tick_rate, args.tick_seconds,
+                                       args.tick_warmup, args.socket))
+        except (RuntimeError, TimeoutError, AssertionError, OSError) as error:
+            runs.append({"ranks": ranks, "error": f"{type(error).__name__}: {error}"})
+    result = {
+        "benchmark": "bench_hub --tick-cpu",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"hostname": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "runs": runs, "summary": tick_cpu_summary(runs),
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0 if all("error" not in run for run in runs) else 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ other through the same harness, so both are measured in one run:
     python benchmarks/bench_tui.py --seconds 30 --out tui.json -- gpumix-top --demo --interval 1
     python benchmarks/bench_tui.py --out tui.json --peer "nvitop --interval 1" -- gpumix-top --interval 1
 
+With --repeats N the commands run in N rounds, the order reversed every other round (A B, B A,
+...: a drift of the machine falls on both alike), and the summary gives each command's median
+over the rounds and its ratio to the first command's median (issue 13: gpumix-top against
+nvitop on the same GPU, in one run).
+
 Goals (checked for every run, meant for gpumix-top --demo at 1 s): <= 3 % of a
 core, <= 150 MB RSS, <= 5 kB/s to the terminal. CPU and RSS goals judge the
 monitor process: `gpumix-top --demo` also starts ten simulated training ranks
@@ -231,6 +236,28 @@ def run_one(command: list[str], seconds: float, warmup: float, cols: int, rows: 
     return result
 
 
+SUMMARY_KEYS = ("cpu_pct_of_one_core", "tree_cpu_pct_of_one_core", "peak_rss_mb", "vmhwm_main_mb", "bytes_per_s")
+
+
+def summarize(runs: list[dict[str, Any]], commands: int) -> list[dict[str, Any]]:
+    """Each command's median over its rounds, and the ratio of its medians to the first command's."""
+    lines = []
+    for index in range(commands):
+        mine = [run for run in runs if run["command_index"] == index]
+        median = {}
+        for key in SUMMARY_KEYS:
+            values = [run[key] for run in mine if run[key] is not None]
+            median[key] = round(statistics.median(values), 3) if values else None
+        lines.append({"command": mine[0]["command"], "rounds": len(mine), "median": median,
+                      "spread": {key: [run[key] for run in mine] for key in SUMMARY_KEYS},
+                      "all_alive": all(run["alive_at_end"] for run in mine)})
+    for line in lines[1:]:
+        line["ratio_of_medians_to_first"] = {
+            key: (round(line["median"][key] / lines[0]["median"][key], 2)
+                  if line["median"][key] and lines[0]["median"][key] else None) for key in SUMMARY_KEYS}
+    return lines
+
+
 def _le(value: float | None, limit: float) -> bool | None:
     return None if value is None else value <= limit
 
@@ -278,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--term", default="xterm-256color")
     parser.add_argument("--quit-key", default="q", help="key that quits the program at the end (default q)")
     parser.add_argument("--peer", action="append", default=[], metavar="CMD", help="another command measured the same way (repeatable)")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of all commands, order reversed every other round (default 1)")
     parser.add_argument("--label", default="", help="free text stored with the result (e.g. idle, load)")
     parser.add_argument("--out", metavar="FILE.json", help="write the full result here")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to measure (after --)")
@@ -289,25 +317,38 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     commands = [command or DEFAULT_COMMAND] + [shlex.split(peer) for peer in args.peer]
     runs = []
-    for cmd in commands:
-        print(f"bench_tui: {shlex.join(cmd)} for {args.warmup:g}+{args.seconds:g} s in {args.cols}x{args.rows}", file=sys.stderr, flush=True)
-        runs.append(run_one(cmd, args.seconds, args.warmup, args.cols, args.rows, args.term, args.quit_key.encode()))
+    for round_index in range(max(1, args.repeats)):
+        order = list(enumerate(commands))
+        if round_index % 2:
+            order.reverse()
+        for command_index, cmd in order:
+            print(f"bench_tui: {shlex.join(cmd)} for {args.warmup:g}+{args.seconds:g} s in {args.cols}x{args.rows}"
+                  f" (round {round_index + 1})", file=sys.stderr, flush=True)
+            run = run_one(cmd, args.seconds, args.warmup, args.cols, args.rows, args.term, args.quit_key.encode())
+            run.update(round=round_index + 1, command_index=command_index)
+            runs.append(run)
     result: dict[str, Any] = {
         "tool": "bench_tui",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "label": args.label,
+        "argv": sys.argv[1:],
         "machine": {"hostname": platform.node(), "cpu_count": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
         "goals": {"cpu_pct_of_one_core": GOAL_CPU_PCT, "rss_mb": GOAL_RSS_MB, "bytes_per_s": GOAL_BYTES_PER_S},
         "runs": runs,
+        "summary": summarize(runs, len(commands)),
     }
-    first = runs[0]
-    for run in runs[1:]:
-        run["ratio_to_first"] = {
-            key: (round(run[key] / first[key], 2) if run[key] and first[key] else None)
-            for key in ("cpu_pct_of_one_core", "tree_cpu_pct_of_one_core", "peak_rss_mb", "bytes_per_s")
-        }
+    for run in runs:
+        first = next(r for r in runs if r["round"] == run["round"] and r["command_index"] == 0)
+        if run is not first:
+            run["ratio_to_first"] = {
+                key: (round(run[key] / first[key], 2) if run[key] and first[key] else None)
+                for key in SUMMARY_KEYS
+            }
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    for line in result["summary"]:
+        print(f"median of {line['rounds']}: {line['command']}: " + ", ".join(f"{k} {line['median'][k]}" for k in SUMMARY_KEYS)
+              + (f"; ratio to first {line['ratio_of_medians_to_first']}" if line.get("ratio_of_medians_to_first") else ""))
     for run in runs:
         print(
             f"{run['command']}: CPU {run['cpu_pct_of_one_core']} % of a core (tree of {run['peak_processes']}:"

@@ -1,0 +1,119 @@
+"""Profile a Python program with cProfile in every thread, for a while, and say where the time went.
+
+The hub and the TUI do their work in threads (the sampler, the asyncio server, Textual's driver),
+which plain `python -m cProfile` does not see before Python 3.12. This starts a profiler in each
+new thread (on 3.12+ one profiler already sees them all), runs the module or script, stops it on
+SIGTERM/SIGINT or after --seconds, and writes the merged stats (pstats, for snakeviz or
+`python -m pstats`) and the top entries as text:
+
+    python benchmarks/profile_threads.py --seconds 20 --out hub.prof --top hub_top.txt -- -m gpumix.cli.main hub
+    python benchmarks/profile_threads.py --out tui.prof --top tui_top.txt -- -m gpumix.tui.main --interval 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import runpy
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+_profiles: list[cProfile.Profile] = []
+_lock = threading.Lock()
+
+
+def _start_in_thread(*_: Any) -> None:
+    """threading.setprofile hook: the first event of each new thread starts that thread's profiler."""
+    profile = cProfile.Profile()
+    try:
+        profile.enable()  # replaces this hook for the thread
+    except ValueError:  # 3.12+: the main thread's profiler already sees every thread
+        sys.setprofile(None)
+        return
+    with _lock:
+        _profiles.append(profile)
+
+
+def _stop(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def report(out: Path | None, top: Path | None, wall_s: float, entries: int) -> None:
+    with _lock:
+        profiles = list(_profiles)
+    stats: pstats.Stats | None = None
+    for profile in profiles:
+        try:
+            profile.disable()  # only the calling thread's; the others' data is read as it stands
+        except ValueError:
+            pass
+        try:
+            stats = pstats.Stats(profile) if stats is None else stats.add(profile)  # type: ignore[arg-type]
+        except TypeError:  # a thread that never recorded a call
+            continue
+    if stats is None:
+        return
+    if out:
+        stats.dump_stats(str(out))
+    text = io.StringIO()
+    text.write(f"# {len(profiles)} profiled threads over {wall_s:.1f} s of wall time\n")
+    for order in ("tottime", "cumulative"):
+        stats.stream = text  # type: ignore[attr-defined]
+        stats.sort_stats(order).print_stats(entries)
+    if top:
+        top.write_text(text.getvalue())
+    else:
+        sys.stderr.write(text.getvalue())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     usage="%(prog)s [--seconds S] [--out F.prof] [--top F.txt] -- (-m MODULE | SCRIPT) ARGS...")
+    parser.add_argument("--seconds", type=float, default=0.0, help="stop after this long (default: when it ends or on SIGTERM)")
+    parser.add_argument("--out", type=Path, help="merged pstats file")
+    parser.add_argument("--top", type=Path, help="top entries as text (default: stderr)")
+    parser.add_argument("--entries", type=int, default=40, help="entries per table (default 40)")
+    parser.add_argument("target", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    target = args.target[1:] if args.target[:1] == ["--"] else args.target
+    if not target:
+        parser.error("name what to run after --: -m MODULE ARGS or SCRIPT ARGS")
+    module = target[1] if target[0] == "-m" and len(target) > 1 else None
+    sys.argv = target[1:] if module else target
+    signal.signal(signal.SIGTERM, _stop)
+    if args.seconds > 0:
+        # to the process, not this thread: the main thread's wait wakes for it
+        timer = threading.Timer(args.seconds, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        timer.daemon = True
+        timer.start()
+    main_profile = cProfile.Profile()
+    _profiles.append(main_profile)
+    threading.setprofile(_start_in_thread)
+    started = time.monotonic()
+    code = 0
+    main_profile.enable()
+    try:
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target[0], run_name="__main__")
+    except KeyboardInterrupt:
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 0
+    finally:
+        main_profile.disable()
+        threading.setprofile(None)  # type: ignore[arg-type]
+        report(args.out, args.top, time.monotonic() - started, args.entries)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
