@@ -82,3 +82,16 @@ def test_a_basis_from_outside_is_text_never_a_crash(hostile: object) -> None:
 def test_basis_text() -> None:
     assert Basis.measured([0.0, 300.0]).text() == "measured: 2 points, 0 s to 5 min old"
     assert Basis(prior="p").text() == "prior: p"
+
+
+def test_below_the_lowest_measured_cap_the_learned_line_wins_where_it_is_slower() -> None:
+    # 0.80 and 0.92 of peak at 280 and 350 W: at 200 W the lowest segment's line says 1.436 s per unit,
+    # the prior's shape anchored at 280 W only 1.25 x (280/200)^0.25 = 1.360 s (too kind: speed falls
+    # faster at low caps on every published sweep)
+    curve = PowerCurve.learned(350.0, [(280.0, 1 / 0.80), (350.0, 1 / 0.92)])
+    line_s = 1.25 + (1 / 0.92 - 1.25) * (200 - 280) / 70
+    assert math.isclose(curve.time_ratio(350.0, 200.0), line_s * 0.92)
+    assert math.isclose(curve.time_ratio(350.0, 300.0), (1.25 + (1 / 0.92 - 1.25) * 20 / 70) * 0.92)  # between: the line
+    assert curve.basis().curve == "learned" and curve.basis().text().endswith("; learned power curve")
+    assert PowerCurve.learned(350.0, [(350.0, 1.0)]).basis().curve == "prior anchored at one cap"
+    assert basis_text(curve.basis().to_json()).endswith("; learned power curve")

@@ -21,6 +21,7 @@ from gpumix.cli.common import (
 from gpumix.plan.deepspeed import deepspeed_split, write_configs
 from gpumix.plan.inputs import PlanInputError, pick_job, plan_from_snapshot
 from gpumix.plan.planner import plan_to_json
+from gpumix.power.split_draw import draw_against_budgets
 
 PROG = "gpumix"
 
@@ -79,6 +80,13 @@ def plan_text(job: str, data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def power_text(power: dict[str, Any]) -> str:
+    line = f"  power: predicted draw {power['predicted_total_w']:.0f} W (now {power['draw_now_total_w']:.0f} W)"
+    limits = [f"{b['name']} {b['predicted_w']:.0f}/{b['usable_w']:.0f} W" for b in power["budgets"]]
+    line += (" against " + ", ".join(limits)) if limits else ", no budget declared"
+    return line + (f"\n  warning: {power['warning']}" if power["warning"] else "")
+
+
 def run_plan_command(args: argparse.Namespace, source: Any) -> int:
     """`source` has snapshot() and control(): a HubClient, or the demo's in-process hub."""
     snapshot = source.snapshot()
@@ -104,10 +112,12 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
         else:
             restart_plan = deepspeed_plan(data) if args.deepspeed_config else data
             reply = source.control({"type": "replan", "job": job, "plan": restart_plan})
+    power = draw_against_budgets(snapshot, data)  # the split at the caps in force, against every budget
     if args.json:
-        print(json.dumps({**data, "applied": reply}, indent=1))
+        print(json.dumps({**data, "power": power, "applied": reply}, indent=1))
     else:
         print(plan_text(job, data))
+        print(power_text(power))
         if reply is not None:
             applied = reply["ok"] and reply.get("restarted", True)
             print(("applied: " if applied else "not applied: ") + reply["message"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from typing import Any
@@ -18,9 +19,11 @@ from gpumix.cli.common import (
     finite_float,
     gpu_index,
     positive_float,
+    positive_int,
 )
 from gpumix.hub.core import Hub
 from gpumix.hw.hardware import Hardware
+from gpumix.power import profile
 from gpumix.wire.snapshot_types import Snapshot, Source
 
 PROG = "gpumix"
@@ -51,6 +54,17 @@ def add_power_parser(commands: Any) -> None:
     fit = action("fit", "caps that fit a machine budget at the least throughput cost")
     fit.add_argument("--budget", type=at_most(positive_float, MAX_POWER_W), metavar="WATTS",
                      default=argparse.SUPPRESS, help="default: the rig's budget")
+    prof = action("profile", "step one tier's caps down while training runs, measure, restore (opt-in)")
+    prof.add_argument("tier", help="the tier: its name as `gpumix power show` prints it, or its model (rtx3090)")
+    prof.add_argument("--steps", type=at_most(positive_int, profile.MAX_STEPS), default=profile.DEFAULT_STEPS,
+                      help=f"cap steps down (default {profile.DEFAULT_STEPS})")
+    prof.add_argument("--step-share", type=at_most(positive_float, profile.MAX_STEP_SHARE),
+                      default=profile.DEFAULT_STEP_SHARE, metavar="SHARE",
+                      help=f"each step, this share of the card's range (default {profile.DEFAULT_STEP_SHARE:g})")
+    prof.add_argument("--hold", type=at_most(positive_float, profile.MAX_HOLD_S), default=profile.DEFAULT_HOLD_S,
+                      metavar="SECONDS", help=f"each step held this long (default {profile.DEFAULT_HOLD_S:g})")
+    prof.add_argument("--restore-wait", type=at_most(positive_float, 3600.0), default=profile.RESTORE_WAIT_S,
+                      metavar="SECONDS", help="a lost hub is waited for this long to put the caps back")
 
 
 def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -104,6 +118,8 @@ def run_power(args: argparse.Namespace, source: PowerSource) -> int:
         else:
             print(show_table(snapshot))
         return 0
+    if args.action == "profile":
+        return run_profile(args, source)
     request: dict[str, Any] = {"type": "power", "action": args.action, "dry_run": args.dry_run}
     if args.action == "fit":
         snapshot = read_snapshot(source)
@@ -132,6 +148,72 @@ def run_power(args: argparse.Namespace, source: PowerSource) -> int:
     if reply.get("audit_error"):
         print(f"{PROG}: warning: the audit log could not be written: {reply['audit_error']}", file=sys.stderr)
     return 0
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM during a profile: the caps are put back before the command exits."""
+
+
+def run_profile(args: argparse.Namespace, source: PowerSource) -> int:
+    """`gpumix power profile TIER`: the dry run prints the steps and sends nothing; a run restores
+    the original caps however it ends (gpumix.power.profile)."""
+    def say(line: str) -> None:
+        print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+
+    profiler = profile.Profiler(source, restore_wait_s=args.restore_wait, say=say)
+    try:
+        run = profiler.prepare(args.tier, args.steps, args.step_share, args.hold)
+    except profile.ProfileError as error:
+        fail(PROG, str(error), code=1)
+    if args.dry_run:
+        print_profile(run, args.json, applied=False)
+        return 0
+    received: list[int] = []
+
+    def stop(signum: int, _frame: Any) -> None:
+        if not received:  # the first signal stops the profile; later ones must not stop the restore
+            received.append(signum)
+            raise Interrupted(signal.Signals(signum).name)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    problem, code = None, 0
+    try:
+        profiler.run(run)
+    except Interrupted as signame:
+        problem, code = f"interrupted ({signame})", 128 + received[0]
+    except profile.ProfileError as error:
+        problem, code = str(error), 1
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if run.restored is False:
+        fail(PROG, f"{problem or 'the profile ended'}; {profile.not_restored_line(run.original_caps_w)}", code=code or 1)
+    if problem is not None:
+        tail = "; the original caps are restored" if run.restored else "; nothing was changed"
+        fail(PROG, problem + tail, code=code)
+    print_profile(run, args.json, applied=True)
+    return 0
+
+
+def print_profile(run: profile.ProfileRun, as_json: bool, applied: bool) -> None:
+    if as_json:
+        print(json.dumps({**run.to_json(), "applied": applied}, indent=1))
+        return
+    originals = ", ".join(f"GPU {i} {w:.0f} W" for i, w in run.original_caps_w.items())
+    print(f"tier {run.tier}: caps now {originals}" + ("" if applied else " (dry run: nothing changed)"))
+    base = run.measured[0]["samples_per_s"] if run.measured else None
+    for number, caps in enumerate(run.steps, start=1):
+        line = f"  step {number}: " + ", ".join(f"GPU {i} {w:.0f} W" for i, w in caps.items())
+        if not applied:
+            print(line + f", held {run.hold_s:g} s")
+            continue
+        figures = run.measured[number] if number < len(run.measured) else {}
+        rate = figures.get("samples_per_s")
+        kept = f" ({100 * rate / base:.1f} % of {base:.1f})" if rate and base else ""
+        print(line + (f": {rate:.1f} samples/s{kept}" if rate else ": not measured")
+              + ("" if figures.get("settled", True) else " (too few steps at this cap)"))
+    if applied:
+        print(f"  restored: {originals}")
 
 
 def print_fit(fit: dict[str, Any], as_json: bool, dry_run: bool) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpumix.advice.advisor import AdvisorSettings, findings
+from gpumix.hub.cap_samples import CapSamples
 from gpumix.hub.efficiency import add_efficiency
 from gpumix.hub.history import GpuHistory
 from gpumix.hub.ranks import (
@@ -102,6 +103,9 @@ class Hub:
         self._jobs: dict[str, dict[str, Any]] = {}  # job -> the supervisor's last status
         self._pending_plans: dict[str, dict[str, Any]] = {}  # job -> a plan waiting for its supervisor
         self._control_lock = threading.Lock()  # one control at a time
+        # each step filed under its GPU's cap at the last tick: the power fit's learned curves
+        self.cap_samples = CapSamples()
+        self._caps_w: dict[str, float | None] = {}  # uuid -> cap at the last tick
 
     # -- sampling ----------------------------------------------------------------
 
@@ -135,6 +139,7 @@ class Hub:
             self._expire(self._clock())
             self.history.add(samples)
             self._snapshot = snapshot
+            self._caps_w = {gpu["uuid"]: gpu.get("power_cap_w") for gpu in snapshot["gpus"]}
             self._merged = None
             self.ticks += 1
         self._ready.set()
@@ -198,8 +203,11 @@ class Hub:
 
         if request.get("type") == "replan":
             return self.request_restart(str(request.get("job")), request.get("plan") or {})
+        snapshot = self.snapshot()
+        if snapshot is not None and request.get("action") == "fit":  # the fit learns from the caps seen
+            snapshot = {**snapshot, "power_points": self.power_points()}
         with self._control_lock:
-            reply = power_control(self.power, self.snapshot(), request, self.hardware.power_budget_w, peer=peer)
+            reply = power_control(self.power, snapshot, request, self.hardware.power_budget_w, peer=peer)
         for listener in self.on_control:
             listener(request, reply)
         if reply["ok"] and reply["changes"] and not request.get("dry_run"):
@@ -384,6 +392,14 @@ class Hub:
             if step["step_time_s"] is None:
                 return  # a step time out of range: the step tells nothing
             stream.steps.append(step)
+            compute_s = step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0)
+            self.cap_samples.add(stream.gpu_uuid, self._caps_w.get(stream.gpu_uuid or ""), step.get("samples"),
+                                 compute_s, step["step_time_s"], stream.last_seen_s)
+
+    def power_points(self) -> dict[str, list[dict[str, Any]]]:
+        """Per GPU, the compute measured at each cap seen (gpumix.hub.cap_samples): the fit's learned curves."""
+        with self._lock:
+            return self.cap_samples.view(self._clock())
 
     def agent_transport(self, key: RankKey, channels: list[dict[str, Any]]) -> None:
         with self._lock:

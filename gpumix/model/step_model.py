@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpumix.model.compute_curve import ComputeCurve
@@ -40,6 +40,7 @@ class Basis:
     newest_age_s: float | None = None
     oldest_age_s: float | None = None
     prior: str | None = None
+    curve: str | None = None  # a power curve's kind: "learned", "learned from GPU i (same model)", "prior"...
 
     @property
     def source(self) -> str:
@@ -56,8 +57,9 @@ class Basis:
                    prior=prior if count else (prior or "no measurement"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "points": self.points, "newest_age_s": self.newest_age_s,
+        data = {"source": self.source, "points": self.points, "newest_age_s": self.newest_age_s,
                 "oldest_age_s": self.oldest_age_s, "prior": self.prior}
+        return {**data, "curve": self.curve} if self.curve is not None else data
 
     def text(self) -> str:
         """One short line: 'measured: 3 points, 0 s to 12 min old' / 'prior: ...'."""
@@ -66,7 +68,9 @@ class Basis:
         ages = _age(self.newest_age_s) if self.newest_age_s == self.oldest_age_s else \
             f"{_age(self.newest_age_s)} to {_age(self.oldest_age_s)}"
         line = f"measured: {self.points} point{'s' if self.points != 1 else ''}, {ages} old"
-        return line + (f"; {self.prior}" if self.prior else "")
+        line = line + (f"; {self.prior}" if self.prior else "")
+        learned = self.curve is not None and self.curve.startswith("learned")  # the prior's kinds say so already
+        return line + (f"; {self.curve} power curve" if learned else "")
 
 
 def basis_text(data: Any) -> str:
@@ -77,10 +81,11 @@ def basis_text(data: Any) -> str:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         return float(value) if ok else None
     points = number(data.get("points"))
-    prior = data.get("prior")
+    prior, curve = data.get("prior"), data.get("curve")
     return Basis(points=int(points) if points is not None and 0 <= points < 1e6 else 0,
                  newest_age_s=number(data.get("newest_age_s")), oldest_age_s=number(data.get("oldest_age_s")),
-                 prior=str(prior)[:200] if prior is not None else None).text()
+                 prior=str(prior)[:200] if prior is not None else None,
+                 curve=str(curve)[:80] if curve is not None else None).text()
 
 
 def _age(seconds: float | None) -> str:
@@ -176,17 +181,19 @@ class PowerCurve:
     default_w: float
     points: tuple[tuple[float, float], ...] = ()  # (cap_w, seconds per step), caps ascending
     ages_s: tuple[float | None, ...] = ()
+    learned_from: str | None = None  # the points are another card's of the same model (its name)
 
     @classmethod
     def learned(cls, default_w: float, points: Iterable[tuple[float, float]],
-                ages_s: Iterable[float | None] = ()) -> PowerCurve:
+                ages_s: Iterable[float | None] = (), learned_from: str | None = None) -> PowerCurve:
         seen: dict[float, float] = {}
         for cap_w, seconds in points:
             if cap_w > 0 and seconds > 0 and math.isfinite(cap_w) and math.isfinite(seconds):
                 seen[float(cap_w)] = float(seconds)
         ordered = tuple(sorted(seen.items()))
         ages = tuple(ages_s)
-        return cls(default_w, ordered, ages if len(ages) == len(ordered) else tuple(None for _ in ordered))
+        return cls(default_w, ordered, ages if len(ages) == len(ordered) else tuple(None for _ in ordered),
+                   learned_from)
 
     def time_ratio(self, from_w: float, to_w: float) -> float:
         """Compute seconds at `to_w` over compute seconds at `from_w` (>1: slower)."""
@@ -204,10 +211,24 @@ class PowerCurve:
                 if c0 <= cap_w <= c1:
                     return t0 + (t1 - t0) * (cap_w - c0) / (c1 - c0)
         anchor_w, anchor_t = min(self.points, key=lambda p: abs(p[0] - cap_w))
-        return anchor_t * prior * power_factor_prior(anchor_w, self.default_w)
+        anchored = anchor_t * prior * power_factor_prior(anchor_w, self.default_w)
+        if len(self.points) >= 2 and cap_w < caps[0]:
+            # below the lowest measured cap: the slower of the prior's shape and the lowest segment's
+            # line (speed falls faster at low caps than the prior's fourth root says, on every sweep seen)
+            (c0, t0), (c1, t1) = self.points[0], self.points[1]
+            return max(anchored, t0 + (t1 - t0) * (cap_w - c0) / (c1 - c0))
+        return anchored
+
+    @property
+    def kind(self) -> str:
+        """'learned' (two caps or more measured), 'learned from ...' (another card of this model's
+        caps), 'prior anchored at one cap', or 'prior'."""
+        if len(self.points) >= 2:
+            return "learned" if self.learned_from is None else f"learned from {self.learned_from}"
+        return "prior anchored at one cap" if self.points else "prior"
 
     def basis(self) -> Basis:
         if not self.points:
-            return Basis(prior=POWER_PRIOR)
+            return Basis(prior=POWER_PRIOR, curve=self.kind)
         prior = None if len(self.points) >= 2 else "beyond the measured cap: " + POWER_PRIOR
-        return Basis.measured(self.ages_s, prior)
+        return replace(Basis.measured(self.ages_s, prior), curve=self.kind)

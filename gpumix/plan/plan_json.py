@@ -26,7 +26,8 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
             {"rank": r.rank, "gpu_uuid": r.gpu_uuid, "samples": r.samples,
              "micro_batch": r.micro_batch, "accumulation_steps": r.accumulation_steps,
              "n_r": r.samples, "m_r": r.micro_batch, "k_r": r.accumulation_steps,  # the math's names
-             "loss_weight": r.loss_weight, "limited_by": list(r.limited_by) or None}
+             "loss_weight": r.loss_weight, "limited_by": list(r.limited_by) or None,
+             "predicted_compute_s": r.compute_s}
             for r in p.ranks
         ],
         "current": _prediction_json(p.current),

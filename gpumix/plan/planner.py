@@ -148,7 +148,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
             ranks.append(RankPlan(
                 rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
                 accumulation_steps=n // micro if n else 0, loss_weight=n * R / B,
-                limited_by=() if n else ("excluded",),
+                limited_by=() if n else ("excluded",), compute_s=m.compute_curve().time_s(n) if n else 0.0,
             ))
     else:
         upper_of = {m.rank: (B if c is None else min(B, c * max_k)) for m, c in zip(part, caps, strict=True)}
@@ -165,6 +165,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
                 limited_by=_reasons(n, k, shares[i], upper_of[m.rank],
                                     m.compute_curve().time_s(n), proposed.compute_s, unbounded[i],
                                     request.granularity),
+                compute_s=m.compute_curve().time_s(n),
             ))
         if proposed.step_time_s >= current.step_time_s - 1e-12:
             note = "this request (batch, ranks or limits) is no faster than the current split"

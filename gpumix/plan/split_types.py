@@ -104,6 +104,7 @@ class RankPlan:
     accumulation_steps: int  # k_r, n_r = m_r * k_r
     loss_weight: float  # n_r * R / B
     limited_by: tuple[str, ...]  # "excluded", "memory", "integer rounding", "granularity"; empty: none
+    compute_s: float = 0.0  # predicted compute per step at n_r (its busy share sets its power draw)
 
 
 @dataclass(frozen=True)

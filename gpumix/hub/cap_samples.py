@@ -1,0 +1,97 @@
+"""Per-cap samples: what each GPU's rank computed at each power cap the hub has seen.
+
+The power fit learns a card's power -> throughput curve from these (gpumix.power.budget): at the
+same split (samples per step), compute seconds per step at each cap. Every step a rank reports is
+filed under the cap its GPU had at the last hardware tick; a step that straddles a cap change lands
+under one of them, so each figure is a median of the last steps at that cap.
+
+Bounded: MAX_GPUS GPUs, MAX_KEYS_PER_GPU (split, cap) pairs per GPU (the least recently seen goes
+first), STEPS_PER_KEY steps each; a pair not seen for MAX_AGE_S is forgotten (another load on the
+GPU, or another model, may run by then).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_GPUS = 64
+MAX_KEYS_PER_GPU = 32
+STEPS_PER_KEY = 16  # steps behind one (split, cap) figure: the median is robust to the straddling step
+MIN_STEPS = 3  # a figure needs this many steps at its cap
+MAX_AGE_S = 1800.0
+CAP_RESOLUTION_W = 1.0  # caps closer than this are one cap (NVML reports milliwatts)
+
+
+@dataclass
+class _Samples:
+    compute_s: deque[float] = field(default_factory=lambda: deque(maxlen=STEPS_PER_KEY))
+    step_s: deque[float] = field(default_factory=lambda: deque(maxlen=STEPS_PER_KEY))
+    last_seen_s: float = 0.0
+
+
+class CapSamples:
+    """uuid -> (samples per step, cap W) -> the last steps' compute and step seconds. Not thread-safe:
+    the hub calls it under its lock."""
+
+    def __init__(self) -> None:
+        self._by_gpu: OrderedDict[str, OrderedDict[tuple[int, float], _Samples]] = OrderedDict()
+
+    def add(self, uuid: str | None, cap_w: float | None, samples: float | None, compute_s: float,
+            step_s: float, now_s: float) -> None:
+        """One step of a rank on GPU `uuid`, at the cap `cap_w` its GPU had when the step arrived."""
+        if uuid is None or cap_w is None or samples is None:
+            return
+        if not (_finite(cap_w, 1.0, 10_000.0) and _finite(samples, 1.0, 1e7) and _finite(compute_s, 0.0, 1e6)
+                and _finite(step_s, 1e-9, 1e6)) or compute_s <= 0:
+            return
+        self._expire(now_s)
+        gpu = self._by_gpu.get(uuid)
+        if gpu is None:
+            if len(self._by_gpu) >= MAX_GPUS:
+                self._by_gpu.popitem(last=False)
+            gpu = self._by_gpu[uuid] = OrderedDict()
+        self._by_gpu.move_to_end(uuid)
+        key = (int(samples), round(cap_w / CAP_RESOLUTION_W) * CAP_RESOLUTION_W)
+        entry = gpu.get(key)
+        if entry is None:
+            if len(gpu) >= MAX_KEYS_PER_GPU:
+                gpu.popitem(last=False)
+            entry = gpu[key] = _Samples()
+        gpu.move_to_end(key)
+        entry.compute_s.append(compute_s)
+        entry.step_s.append(step_s)
+        entry.last_seen_s = now_s
+
+    def _expire(self, now_s: float) -> None:
+        for uuid in list(self._by_gpu):
+            gpu = self._by_gpu[uuid]
+            for key in [k for k, e in gpu.items() if now_s - e.last_seen_s > MAX_AGE_S]:
+                del gpu[key]
+            if not gpu:
+                del self._by_gpu[uuid]
+
+    def view(self, now_s: float) -> dict[str, list[dict[str, Any]]]:
+        """uuid -> [{cap_w, samples, compute_s, samples_per_s, steps, age_s}], figures with MIN_STEPS
+        steps or more: the power fit's input (gpumix.power.budget.gpu_power_from_snapshot)."""
+        self._expire(now_s)
+        result: dict[str, list[dict[str, Any]]] = {}
+        for uuid, gpu in self._by_gpu.items():
+            rows = []
+            for (samples, cap_w), entry in sorted(gpu.items()):
+                if len(entry.compute_s) < MIN_STEPS:
+                    continue
+                step_s = statistics.median(entry.step_s)
+                rows.append({"cap_w": cap_w, "samples": samples, "compute_s": statistics.median(entry.compute_s),
+                             "samples_per_s": samples / step_s, "steps": len(entry.compute_s),
+                             "age_s": max(0.0, now_s - entry.last_seen_s)})
+            if rows:
+                result[uuid] = rows
+        return result
+
+
+def _finite(value: float, low: float, high: float) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and low <= value <= high
