@@ -295,9 +295,12 @@ class GpumixApp(App[None]):
 
     def _set_text(self, selector: str, text: str) -> None:
         """Repaint a panel only when its text changed."""
+        panels = self.main_screen.query(selector)
+        if not panels:
+            return  # the app is closing: its dashboard's widgets are gone (a late snapshot or recovery)
         if self._panel_text.get(selector) != text:
             self._panel_text[selector] = text
-            self.main_screen.query_one(selector, Static).update(Text(text))  # never markup: it holds outside text
+            panels.only_one(Static).update(Text(text))  # never markup: it holds outside text
 
     def _show_detail(self) -> None:
         if self.snapshot is None:
