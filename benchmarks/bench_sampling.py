@@ -6,7 +6,9 @@ tick and per GPU (tick time / GPU count). A second pass wraps the NVML module
 to time each NVML function on its own (median per call and GPU), so the cost
 of a tick can be read call by call. A third pass forces the PCIe fallback
 (`nvmlDeviceGetPcieThroughput`, for drivers without the byte counters) to
-show what it costs. Then, in the same run, nvitop's `Device` API reads the
+show what it costs. With --guard-seconds S, a fourth pass ticks once a second for S seconds with the
+PCIe wrap guard free to run, as in the hub, and counts the byte-counter reads (fields 197/198) and
+the process's CPU time (issue 13: an idle H200 was read 15 times a second). Then, in the same run, nvitop's `Device` API reads the
 same quantities (utilization, memory, power, power limit, temperature, fan,
 clocks, processes, PCIe RX and TX) and the ratio is reported.
 
@@ -212,6 +214,40 @@ def time_ticks(source: Source, backend: Any, ticks: int, warmup: int, interval_s
     if recorder is not None:
         result["python_overhead_ms_per_tick"] = summary([w - n for w, n in zip(wall, nvml_inside, strict=True)])
     return result
+
+
+def guard_pass(source: Source, seconds: float) -> dict[str, Any]:
+    """Ticks at 1 s for `seconds`, the wrap guard running by itself: counter reads and CPU."""
+    backend, recorder = source.backend(timed=True)
+    assert recorder is not None
+    try:
+        recorder.phase = "warmup"
+        source.advance()
+        backend.sample()  # the first reading: no rate yet, guarded until one says idle
+        time.sleep(1.0)
+        source.advance()
+        backend.sample()
+        recorder.phase = "guard"
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        ticks, rates = 0, []
+        while time.monotonic() - wall0 < seconds:
+            time.sleep(max(0.0, wall0 + ticks + 1 - time.monotonic()))
+            source.advance()
+            samples = backend.sample()
+            ticks += 1
+            rates.append([[s.pcie_tx_bytes_per_s, s.pcie_rx_bytes_per_s] for s in samples])
+        cpu_s, wall_s = time.process_time() - cpu0, time.monotonic() - wall0
+        reads = len(recorder.times.get(("guard", "nvmlDeviceGetFieldValues"), []))
+        return {
+            "seconds": round(wall_s, 3), "ticks": ticks, "gpus": len(backend.gpus()),
+            "field_value_reads": reads, "reads_per_s": round(reads / wall_s, 2),
+            "guard_reads": reads - ticks * len(backend.gpus()),
+            "process_cpu_pct_of_one_core": round(100 * cpu_s / wall_s, 3),
+            "guarded_at_end": {str(index): counters.guarded for index, counters in backend._pcie.items()},
+            "tx_rx_bytes_per_s_by_tick": rates,
+        }
+    finally:
+        backend.close()
 
 
 def bench_ours(source: Source, args: argparse.Namespace) -> dict[str, Any]:
@@ -421,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--extra-repeats", type=int, default=5, help="repeats per single-call cost (0: skip)")
     parser.add_argument("--peer", choices=("nvitop", "none"), default="nvitop", help="peer to compare with (real NVML only)")
     parser.add_argument("--peer-ticks", type=int, default=20, help="measured ticks for the peer (default 20)")
+    parser.add_argument("--guard-seconds", type=float, default=0.0, help="1 s ticks with the PCIe wrap guard running (0: skip)")
     parser.add_argument("--label", default="", help="free text stored with the result (e.g. idle, load)")
     parser.add_argument("--out", metavar="FILE.json", help="write the full result here")
     return parser
@@ -445,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         "config": {k: v for k, v in vars(args).items() if k != "out"},
         "ours": ours,
     }
+    if args.guard_seconds > 0:
+        result["guard"] = guard_pass(source, args.guard_seconds)
     if args.extra_repeats > 0:
         result["single_calls"] = extra_call_costs(source, args.extra_repeats)
     if args.peer == "nvitop" and not source.simulated:
@@ -491,6 +530,11 @@ def text_summary(result: dict[str, Any]) -> str:
         )
     if ours["unsupported"]:
         lines.append(f"  refused by the driver: {ours['unsupported']}")
+    guard = result.get("guard")
+    if guard:
+        lines.append(f"  1 s ticks for {guard['seconds']} s, the wrap guard free: {guard['field_value_reads']} counter reads"
+                     f" ({guard['guard_reads']} by the guard), process CPU {guard['process_cpu_pct_of_one_core']} % of a core,"
+                     f" guarded at the end: {guard['guarded_at_end']}")
     single = result.get("single_calls")
     if single:
         lines.append("  single calls (median us; not all read per tick):")

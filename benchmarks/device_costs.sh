@@ -18,7 +18,7 @@ WORK=/tmp/costs; rm -rf "$WORK"; mkdir -p "$WORK/run"; chmod 700 "$WORK/run"
 LOG=$OUT/log.txt; : >"$LOG"
 BUDGET_S=${BUDGET_S:-360}
 DRY=${DRY:-0}
-SECS=${SECS:-10}   # the dashboards' measuring window
+SECS=${SECS:-8}   # the dashboards' measuring window
 WARM=${WARM:-3}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export XDG_RUNTIME_DIR=$WORK/run  # this run's own hub socket, never another user's
@@ -67,19 +67,23 @@ cp "$LOG" "$WORK/machine.txt"
 GPUMIX_ONESHOTS=(--cmd "gpumix-top --once --json $SRC" --cmd "gpumix doctor $SRC" --cmd "gpumix power show $SRC")
 PEER_ONESHOTS=(--cmd "gpustat --json" --cmd "nvitop --once" --cmd "nvidia-smi")
 # the first run of each compiles its modules (installed with pip): not measured
-step 60 "warm-up runs" $PY $REPO/benchmarks/bench_oneshot.py --repeats 1 "${GPUMIX_ONESHOTS[@]}" "${PEER_ONESHOTS[@]}" --label warm-up
+step 40 "warm-up runs" $PY $REPO/benchmarks/bench_oneshot.py --repeats 1 "${GPUMIX_ONESHOTS[@]}" "${PEER_ONESHOTS[@]}" --label warm-up
 step 30 "import times of gpumix-top --once" bash -c "$PY -X importtime -m gpumix.tui.main --once --json $SRC 2>'$WORK/importtime_once.txt' >/dev/null"
 profile_once nohub
-step 90 "one-shots, no hub" $PY $REPO/benchmarks/bench_oneshot.py --repeats 5 --label no-hub --out "$WORK/costs_oneshot_nohub.json" \
+step 60 "one-shots, no hub" $PY $REPO/benchmarks/bench_oneshot.py --repeats 5 --label no-hub --out "$WORK/costs_oneshot_nohub.json" \
   "${GPUMIX_ONESHOTS[@]}" "${PEER_ONESHOTS[@]}"
 start_hub oneshot
-step 60 "one-shots, a hub running" $PY $REPO/benchmarks/bench_oneshot.py --repeats 5 --label hub --out "$WORK/costs_oneshot_hub.json" \
+step 40 "one-shots, a hub running" $PY $REPO/benchmarks/bench_oneshot.py --repeats 5 --label hub --out "$WORK/costs_oneshot_hub.json" \
   --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix power show" "${PEER_ONESHOTS[@]}"
 profile_once hub
 stop_hub
 
+# -- one sample's cost, and the wrap guard's reads over 10 s of 1 s ticks, idle GPU --------------------
+step 40 "sampling, idle GPU" $PY $REPO/benchmarks/bench_sampling.py --ticks 30 --fallback-ticks 5 --extra-repeats 0 --peer-ticks 20 \
+  --guard-seconds 10 --label idle --out "$WORK/sampling_idle.json" $([ "$DRY" = 1 ] && echo --demo)
+
 # -- the dashboard against nvitop, idle GPU --------------------------------------------------------
-step 90 "dashboard 160x48, idle GPU" $PY $REPO/benchmarks/bench_tui.py --repeats 2 --seconds "$SECS" --warmup "$WARM" --cols 160 --rows 48 \
+step 75 "dashboard 160x48, idle GPU" $PY $REPO/benchmarks/bench_tui.py --repeats 2 --seconds "$SECS" --warmup "$WARM" --cols 160 --rows 48 \
   --label idle-160x48 --out "$WORK/costs_tui_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
 
 # -- busy GPU: the load runs through this part -------------------------------------------------------
@@ -89,42 +93,43 @@ if [ "$DRY" != 1 ]; then
   for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
   nvidia-smi --query-gpu=utilization.gpu,power.draw,pcie.link.gen.current --format=csv >>"$LOG" 2>&1
 fi
-step 90 "dashboard 160x48, busy GPU" $PY $REPO/benchmarks/bench_tui.py --repeats 2 --seconds "$SECS" --warmup "$WARM" --cols 160 --rows 48 \
+step 40 "sampling, busy GPU" $PY $REPO/benchmarks/bench_sampling.py --ticks 30 --fallback-ticks 5 --extra-repeats 0 --peer-ticks 20 \
+  --guard-seconds 10 --label busy --out "$WORK/sampling_busy.json" $([ "$DRY" = 1 ] && echo --demo)
+step 75 "dashboard 160x48, busy GPU" $PY $REPO/benchmarks/bench_tui.py --repeats 2 --seconds "$SECS" --warmup "$WARM" --cols 160 --rows 48 \
   --label busy-160x48 --out "$WORK/costs_tui_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
-step 40 "one-shots, busy GPU, no hub" $PY $REPO/benchmarks/bench_oneshot.py --repeats 3 --label busy-no-hub --out "$WORK/costs_oneshot_busy_nohub.json" \
-  "${GPUMIX_ONESHOTS[@]}" "${PEER_ONESHOTS[@]}"
 [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
 
 # -- the hub's CPU per tick, 0 and 10 ranks ----------------------------------------------------------
-step 100 "hub CPU per tick" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 12 --tick-warmup 3 \
+step 70 "hub CPU per tick" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 10 --tick-warmup 3 \
   --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/costs_hub_tick.json"
-
-# -- profiles: the hub with 10 ranks, a TUI attached to it, a TUI with its own hub, ~20 s ---------------
-PROFILE=($REPO/benchmarks/profile_threads.py --entries 45)
-timeout -k 5 90 $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 10 --tick-seconds 16 --tick-warmup 2 --socket "$WORK/prof.sock" \
-  --hub-command "$PY ${PROFILE[*]} --out $WORK/hub.prof --top $WORK/profile_hub_top.txt -- -m gpumix.cli.main hub --interval 1 $SRC" \
-  --out "$WORK/costs_hub_tick_profiled.json" >>"$LOG" 2>&1 &
-PROFILED_HUB=$!
-for _ in $(seq 100); do [ -S "$WORK/prof.sock" ] && break; sleep 0.2; done
-step 40 "profile: TUI attached to the hub (160x48)" $PY $REPO/benchmarks/bench_tui.py --seconds 16 --warmup 2 --cols 160 --rows 48 --label profile-attached \
-  --out "$WORK/tui_profile_attached.json" -- $PY "${PROFILE[@]}" --top "$WORK/profile_tui_attached_top.txt" -- -m gpumix.tui.main --interval 1 --hub "$WORK/prof.sock"
-wait "$PROFILED_HUB"
-step 40 "profile: TUI with its own hub (160x48, idle GPU)" $PY $REPO/benchmarks/bench_tui.py --seconds 16 --warmup 2 --cols 160 --rows 48 --label profile-own-hub \
-  --out "$WORK/tui_profile_own_hub.json" -- $PY "${PROFILE[@]}" --top "$WORK/profile_tui_own_hub_top.txt" -- -m gpumix.tui.main --interval 1 $SRC
-
-# -- 80x24 -----------------------------------------------------------------------------------------
-step 50 "dashboard 80x24, idle GPU" $PY $REPO/benchmarks/bench_tui.py --repeats 1 --seconds "$SECS" --warmup "$WARM" --cols 80 --rows 24 \
-  --label idle-80x24 --out "$WORK/costs_tui_idle_80x24.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
 
 # -- the agent's per-step cost, without and with a live hub ---------------------------------------------
 if [ "$DRY" != 1 ]; then
   if $PY $REPO/benchmarks/bench_agent_calls.py --help 2>/dev/null | grep -q -- "--case"; then
-    step 90 "agent per step, no hub and a live hub, alternated" $PY $REPO/benchmarks/bench_agent_calls.py --case both --pairs 3 \
+    step 60 "agent per step, no hub and a live hub, alternated" $PY $REPO/benchmarks/bench_agent_calls.py --case both --pairs 3 \
       --steps 5000 --out "$WORK/costs_agent_calls.json"
   else
     say "bench_agent_calls.py has no connected case (--case): the no-hub case only"
     step 40 "agent per step, no hub" $PY $REPO/benchmarks/bench_agent_calls.py --steps 5000 --out "$WORK/costs_agent_nohub.json"
   fi
 fi
+
+# -- profiles: the hub with 10 ranks, a TUI attached to it, a TUI with its own hub, ~14 s each ---------------
+PROFILE=($REPO/benchmarks/profile_threads.py --entries 45)
+timeout -k 5 60 $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 10 --tick-seconds 12 --tick-warmup 2 --socket "$WORK/prof.sock" \
+  --hub-command "$PY ${PROFILE[*]} --out $WORK/hub.prof --top $WORK/profile_hub_top.txt -- -m gpumix.cli.main hub --interval 1 $SRC" \
+  --out "$WORK/costs_hub_tick_profiled.json" >>"$LOG" 2>&1 &
+PROFILED_HUB=$!
+for _ in $(seq 100); do [ -S "$WORK/prof.sock" ] && break; sleep 0.2; done
+step 30 "profile: TUI attached to the hub (160x48)" $PY $REPO/benchmarks/bench_tui.py --seconds 12 --warmup 2 --cols 160 --rows 48 --label profile-attached \
+  --out "$WORK/tui_profile_attached.json" -- $PY "${PROFILE[@]}" --top "$WORK/profile_tui_attached_top.txt" -- -m gpumix.tui.main --interval 1 --hub "$WORK/prof.sock"
+wait "$PROFILED_HUB"
+step 30 "profile: TUI with its own hub (160x48, idle GPU)" $PY $REPO/benchmarks/bench_tui.py --seconds 12 --warmup 2 --cols 160 --rows 48 --label profile-own-hub \
+  --out "$WORK/tui_profile_own_hub.json" -- $PY "${PROFILE[@]}" --top "$WORK/profile_tui_own_hub_top.txt" -- -m gpumix.tui.main --interval 1 $SRC
+
+# -- 80x24 -----------------------------------------------------------------------------------------
+step 40 "dashboard 80x24, idle GPU" $PY $REPO/benchmarks/bench_tui.py --repeats 1 --seconds "$SECS" --warmup "$WARM" --cols 80 --rows 24 \
+  --label idle-80x24 --out "$WORK/costs_tui_idle_80x24.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+
 say "done"
 pack

@@ -63,7 +63,9 @@ def report(out: Path | None, top: Path | None, wall_s: float, entries: int) -> N
     if out:
         stats.dump_stats(str(out))
     text = io.StringIO()
-    text.write(f"# {len(profiles)} profiled threads over {wall_s:.1f} s of wall time\n")
+    seen = "every thread" if sys.version_info >= (3, 12) else f"{len(profiles)} threads"
+    text.write(f"# cProfile over {wall_s:.1f} s of wall time, {seen} (Python {sys.version.split()[0]}); the waits"
+               " (lock acquire, sleep, poll) are idle time\n")
     for order in ("tottime", "cumulative"):
         stats.stream = text  # type: ignore[attr-defined]
         stats.sort_stats(order).print_stats(entries)
