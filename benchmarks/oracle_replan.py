@@ -40,7 +40,7 @@ import random
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,8 @@ from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
 from gpumix.plan.inputs import plan_from_snapshot
-from gpumix.power.budget import GpuPower, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.profile import DEFAULT_STEP_SHARE, DEFAULT_STEPS, profile_steps
 from gpumix.run.auto_replan import AutoReplan
 from gpumix.sim import job_model
 from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig, parse_rig
@@ -277,36 +278,53 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float | None) -> dict[str, Any]
     return result
 
 
-PROFILE_SHARES = (0.9, 0.8, 0.7, 0.6)  # of the default limit: the caps a power profile would step through
+PROFILE_STEPS, PROFILE_SHARE = DEFAULT_STEPS, DEFAULT_STEP_SHARE  # --profile-steps, --profile-share
 
 
-def learned(gpus: list[GpuPower], world: World, counts: list[int], micro: list[int]) -> list[GpuPower]:
-    """The fit's input as if the hub had measured each running GPU at PROFILE_SHARES of its default
-    limit (item 4's `gpumix power profile`; here read from the world's mean compute)."""
-    result = []
-    for gpu in gpus:
-        if gpu.compute_s is None or counts[gpu.index] == 0:
-            result.append(gpu)
+def profile_through_hub(job: Job, counts: list[int], micro: list[int]) -> int:
+    """Item 4 as a user would run it: `gpumix power profile TIER` for each tier in the job, one after
+    the other (the product's own steps: 3 x 10 % of each card's range below its cap, each held for a
+    relaunch of STEPS_PER_PHASE steps), the caps restored after each; the hub files every step under
+    its GPU's cap (gpumix.hub.cap_samples). Then the split runs again at stock caps. The caps are set
+    through the hardware backend, as the hub's control does, without its audit line. Returns the steps run."""
+    snapshot = job.hub.snapshot()
+    stock = [g["power_cap_w"] for g in snapshot["gpus"]]
+    steps_run = 0
+    for tier in sorted({g["tier"] for g in snapshot["gpus"]}):
+        gpus = [g for g in snapshot["gpus"] if g["tier"] == tier and counts[g["index"]] > 0]
+        if not gpus:
             continue
-        caps = [max(gpu.min_w, share * gpu.default_w) for share in PROFILE_SHARES]
-        points = tuple((c, world.compute_s(gpu.index, counts[gpu.index], c, micro[gpu.index])) for c in caps)
-        result.append(replace(gpu, compute_s=world.compute_s(gpu.index, counts[gpu.index], gpu.cap_w, micro[gpu.index]),
-                              power_points=points, power_point_ages_s=tuple(60.0 for _ in points)))
-    return result
+        for caps in profile_steps(gpus, PROFILE_STEPS, PROFILE_SHARE):
+            for index, watts in caps.items():
+                job.hub.hardware.backend.set_power_limit_w(index, watts)
+            job.hub.tick()
+            job.run(counts, micro, [caps.get(i) for i in range(len(counts))])
+            steps_run += STEPS_PER_PHASE
+        for g in gpus:
+            job.hub.hardware.backend.set_power_limit_w(g["index"], stock[g["index"]])
+    job.hub.tick()
+    job.run(counts, micro, [None] * len(counts))
+    return steps_run
 
 
 def bench_power(job: Job, world: World, counts: list[int], micro: list[int], budget_w: float) -> dict[str, Any]:
     gpus = gpu_power_from_snapshot(job.hub.snapshot())
     fit = fit_to_budget(gpus, budget_w)
     fitted = [next(p.new_w for p in fit.proposals if p.index == i) for i in range(len(counts))]
-    fit_learned = fit_to_budget(learned(gpus, world, counts, micro), budget_w)
+    profile_steps_run = profile_through_hub(job, counts, micro)
+    learned = gpu_power_from_snapshot({**job.hub.snapshot(), "power_points": job.hub.power_points()})
+    fit_learned = fit_to_budget(learned, budget_w)
     fitted_learned = [next(p.new_w for p in fit_learned.proposals if p.index == i) for i in range(len(counts))]
     best = oracle_caps(world, counts, micro, budget_w)
     stock = oracle_caps(world, counts, micro, budget_w, within_stock=True)
     fitted_s, best_s = step_s(world, counts, fitted, micro), step_s(world, counts, best, micro)
     return {"budget_w": budget_w, "fitted_caps_w": fitted, "oracle_caps_w": best, "oracle_within_stock_caps_w": stock,
             "share_of_oracle_within_stock": step_s(world, counts, stock, micro) / fitted_s,
-            "learned_curve": {"fitted_caps_w": fitted_learned, "caps_sum_w": sum(fitted_learned),
+            "learned_curve": {"source": f"gpumix power profile per tier through the hub ({PROFILE_STEPS} x"
+                                        f" {PROFILE_SHARE:.0%} of the range)",
+                              "profile_steps_run": profile_steps_run,
+                              "curves": sorted({p.basis.curve or "?" for p in fit_learned.proposals}),
+                              "fitted_caps_w": fitted_learned, "caps_sum_w": sum(fitted_learned),
                               "within_budget": sum(fitted_learned) <= budget_w + 1e-9,
                               "throughput_share_of_oracle": best_s / step_s(world, counts, fitted_learned, micro),
                               "share_of_oracle_within_stock": step_s(world, counts, stock, micro)
@@ -373,7 +391,10 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/oracle_replan.json")
     parser.add_argument("--generated", type=int, default=GENERATED)
     parser.add_argument("--granularity", type=int, default=4)
+    parser.add_argument("--profile-steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--profile-share", type=float, default=DEFAULT_STEP_SHARE)
     args = parser.parse_args()
+    globals()["PROFILE_STEPS"], globals()["PROFILE_SHARE"] = args.profile_steps, args.profile_share
     globals()["GRANULARITY"] = args.granularity  # the split's unit everywhere in this run
     results = []
     for name in BUILTIN_RIGS:
