@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -34,6 +35,28 @@ def assert_matches_snapshot(text: str, name: str, folder: Path = SNAPSHOTS) -> N
     assert path.exists(), f"no snapshot {path}: run with {UPDATE_ENV}=1 to write it, look at it, commit it:\n{text}"
     expected = path.read_text().rstrip("\n")
     assert text == expected, f"screen differs from {path} ({UPDATE_ENV}=1 to accept):\n{text}"
+
+
+SVG_SNAPSHOTS = SNAPSHOTS / "svg"
+
+
+def assert_matches_svg(svg: str, name: str, folder: Path = SVG_SNAPSHOTS) -> str | None:
+    """Compare an SVG screenshot with FOLDER/NAME.svg, as assert_matches_snapshot does text: a missing
+    snapshot fails and is never written, except with GPUMIX_UPDATE_SNAPSHOTS=1. Returns None when it
+    matches, else why not (callers collect every screen's answer before failing); the screen that
+    was drawn is kept under $TMPDIR/gpumix-svg-actual/ to be opened beside the expected one."""
+    path = folder / f"{name}.svg"
+    if os.environ.get(UPDATE_ENV) == "1":
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(svg)
+    if path.exists() and path.read_text() == svg:
+        return None
+    actual = Path(tempfile.gettempdir()) / "gpumix-svg-actual" / f"{name}.svg"
+    actual.parent.mkdir(parents=True, exist_ok=True)
+    actual.write_text(svg)
+    if not path.exists():
+        return f"no snapshot {path} (drawn: {actual}; {UPDATE_ENV}=1 to write it, look at it, commit it)"
+    return f"{path} differs from the screen drawn, {actual} ({UPDATE_ENV}=1 to accept)"
 
 
 async def started(pilot, app: App, deadline_s: float = 20.0, tries: int | None = None) -> None:
