@@ -52,7 +52,7 @@ class FindingsScreen(SnapshotView):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(id="findings-text")
-        yield Footer()
+        yield Footer(compact=True)  # compact: Cap, Budget and Split stay in view at 80 columns
 
     def show(self, snapshot: dict[str, Any]) -> None:
         self.query_one("#findings-text", Static).update(findings_text(snapshot.get("findings", [])))
@@ -64,7 +64,7 @@ class TiersScreen(SnapshotView):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(id="tiers-text")
-        yield Footer()
+        yield Footer(compact=True)  # compact: Cap, Budget and Split stay in view at 80 columns
 
     def show(self, snapshot: dict[str, Any]) -> None:
         self.query_one("#tiers-text", Static).update(tiers_text(snapshot.get("tiers", [])))
