@@ -40,18 +40,18 @@ def assert_matches_snapshot(text: str, name: str, folder: Path = SNAPSHOTS) -> N
 SVG_SNAPSHOTS = SNAPSHOTS / "svg"
 
 
-def assert_matches_svg(svg: str, name: str, folder: Path = SVG_SNAPSHOTS) -> str | None:
+def assert_matches_svg(svg: str, name: str, folder: Path = SVG_SNAPSHOTS, drawn: Path | None = None) -> str | None:
     """Compare an SVG screenshot with FOLDER/NAME.svg, as assert_matches_snapshot does text: a missing
     snapshot fails and is never written, except with GPUMIX_UPDATE_SNAPSHOTS=1. Returns None when it
     matches, else why not (callers collect every screen's answer before failing); the screen that
-    was drawn is kept under $TMPDIR/gpumix-svg-actual/ to be opened beside the expected one."""
+    was drawn is kept under `drawn` ($TMPDIR/gpumix-svg-actual/) to be opened beside the expected one."""
     path = folder / f"{name}.svg"
     if os.environ.get(UPDATE_ENV) == "1":
         folder.mkdir(parents=True, exist_ok=True)
         path.write_text(svg)
     if path.exists() and path.read_text() == svg:
         return None
-    actual = Path(tempfile.gettempdir()) / "gpumix-svg-actual" / f"{name}.svg"
+    actual = (drawn or Path(tempfile.gettempdir()) / "gpumix-svg-actual") / f"{name}.svg"
     actual.parent.mkdir(parents=True, exist_ok=True)
     actual.write_text(svg)
     if not path.exists():
