@@ -18,6 +18,10 @@ the joint proposal at least MIN_GAIN faster than split-then-fit (where the produ
 whether the world agrees.
 
     python benchmarks/joint_plan.py --out benchmarks/results/joint_plan.json
+    python benchmarks/joint_plan.py --min-gain 0.02 --out benchmarks/results/joint_plan_gain2.json
+    python benchmarks/joint_plan.py --seed 17 --no-shipped --out benchmarks/results/joint_plan_heldout.json
+
+The 3 % threshold was chosen on the first set (seed 16); seed 17's 24 rigs are held out to check it.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig
 from gpumix.sim.world import World
 
 GRANULARITY = 16
-MIN_GAIN = 0.02  # a joint proposal is offered when predicted this much faster than split-then-fit
+MIN_GAIN = 0.03  # a joint proposal is offered when predicted this much faster than split-then-fit
 MAX_K = 1024  # the planner's accumulation bound
 
 
@@ -118,7 +122,8 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float) -> dict[str, Any]:
                    for r, g in enumerate(rig.gpus)]
     best = joint_plan(world_ranks, per_rank * R, GRANULARITY, budget_w)  # type: ignore[arg-type]
     assert best is not None
-    best_step = oracle.step_s(world, best.samples, best.caps_w, micro_for(rig, best.samples))
+    best_micro = [oracle.best_factor(world, r, n, oracle.micro_cap(rig, r), best.caps_w)[1] for r, n in enumerate(best.samples)]
+    best_step = oracle.step_s(world, best.samples, best.caps_w, best_micro)  # at the micro-batches it searched
     result: dict[str, Any] = {"rig": rig.name, "gpus": [g.model.key for g in rig.gpus], "global_batch": per_rank * R,
                               "budget_w": budget_w, "planner_restarts": restarts,
                               "oracle": {"counts": list(best.samples), "caps_w": list(best.caps_w),
@@ -139,6 +144,10 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float) -> dict[str, Any]:
     return result
 
 
+def _with_offer(found: dict[str, Any]) -> float:
+    return found["joint"]["share_of_oracle"] if found.get("offered") else found["split_then_fit"]["share_of_oracle"]
+
+
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rigs": len(results)}
     for label in ("learned", "prior"):
@@ -153,12 +162,9 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
             "offered_and_faster_in_world": sum(1 for f in offered if f["world_gain"] > 0),
             "offered_world_gain_median": statistics.median(f["world_gain"] for f in offered) if offered else None,
             "offered_world_gain_worst": min(f["world_gain"] for f in offered) if offered else None,
-            "best_of_both_median": statistics.median(
-                max(r[label]["split_then_fit"]["share_of_oracle"],
-                    r[label]["joint"]["share_of_oracle"] if r[label].get("offered") else 0.0) for r in results),
-            "best_of_both_worst": min(
-                max(r[label]["split_then_fit"]["share_of_oracle"],
-                    r[label]["joint"]["share_of_oracle"] if r[label].get("offered") else 0.0) for r in results),
+            # the joint proposal taken where offered, split then fit elsewhere
+            "with_offer_median": statistics.median(_with_offer(r[label]) for r in results),
+            "with_offer_worst": min(_with_offer(r[label]) for r in results),
             "always_within_budget": all(e["within_budget"] for r in results for e in
                                         (r[label]["split_then_fit"], r[label]["joint"]) if e),
         }
@@ -169,19 +175,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="benchmarks/results/joint_plan.json")
     parser.add_argument("--generated", type=int, default=oracle.GENERATED)
+    parser.add_argument("--seed", type=int, default=oracle.SEED, help="the generated rigs' (another: held out)")
+    parser.add_argument("--min-gain", type=float, default=MIN_GAIN)
+    parser.add_argument("--no-shipped", action="store_true", help="generated rigs only")
     args = parser.parse_args()
     oracle.GRANULARITY = GRANULARITY
+    globals()["MIN_GAIN"] = args.min_gain
     results = []
-    for name in BUILTIN_RIGS:
+    for name in [] if args.no_shipped else BUILTIN_RIGS:
         rig = load_builtin_rig(name)
         results.append(bench_rig(rig, 64, rig.power_budget_w or 0.85 * sum(g.model.tdp_w for g in rig.gpus)))
         print(name, file=sys.stderr)
-    rng = random.Random(oracle.SEED)
+    rng = random.Random(args.seed)
     for number in range(args.generated):
         rig, per_rank = oracle.generated_rig(rng, number)
         results.append(bench_rig(rig, per_rank, 0.85 * sum(g.model.tdp_w for g in rig.gpus)))
         print(rig.name, file=sys.stderr)
-    data = {"seed": oracle.SEED, "granularity": GRANULARITY, "command": " ".join(["python", *sys.argv]),
+    data = {"seed": args.seed, "granularity": GRANULARITY, "min_gain": MIN_GAIN, "command": " ".join(["python", *sys.argv]),
             "summary": summary(results), "rigs": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(data, indent=1))

@@ -120,8 +120,9 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
     in_job = [gpu for gpu in gpus if gpu.compute_s is not None]
     step_before = _job_step(in_job, caps) if in_job else None
     total_default = sum(gpu.default_w for gpu in gpus) or 1.0
+    lowest_w = {gpu.index: _lowest_measured_w(gpu) for gpu in gpus}
     while sum(caps.values()) > budget_w + 1e-9:
-        best: tuple[float, float, GpuPower] | None = None
+        best: tuple[tuple[bool, float, float], GpuPower] | None = None
         for gpu in gpus:
             cut = min(step_w, caps[gpu.index] - gpu.min_w, sum(caps.values()) - budget_w)
             if cut <= 1e-9:
@@ -134,13 +135,14 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
                 cost = 0.0  # not in the running job: its watts cost the job nothing
             else:
                 cost = _standalone_loss(gpu, caps, cut, gpu.default_w / total_default)
-            # least cost per watt first; on a tie, the card furthest above its minimum
-            key = (cost / cut, -(caps[gpu.index] - gpu.min_w))
-            if best is None or key < best[:2]:
-                best = (key[0], key[1], gpu)
+            # watts inside a learned curve's measured caps first (below them it is extrapolated, and
+            # speed falls fastest there); then least cost per watt; on a tie, the card furthest above its minimum
+            key = (caps[gpu.index] - cut < lowest_w[gpu.index] - 1e-9, cost / cut, -(caps[gpu.index] - gpu.min_w))
+            if best is None or key < best[0]:
+                best = (key, gpu)
         if best is None:
             break
-        gpu = best[2]
+        gpu = best[1]
         caps[gpu.index] -= min(step_w, caps[gpu.index] - gpu.min_w, sum(caps.values()) - budget_w)
     # Cut caps are proposed in 0.1 W: rounded down, never up, so they still fit the budget (and stay >= the minimum).
     caps = {g.index: caps[g.index] if caps[g.index] == min(g.cap_w, g.max_w)
@@ -153,6 +155,12 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
     proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps, in_job),
                              g.power_curve().basis()) for g in gpus]
     return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()), step_before, step_after, kept, proposals)
+
+
+def _lowest_measured_w(gpu: GpuPower) -> float:
+    """The lowest cap of a learned curve (two caps or more measured); -inf for the prior."""
+    points = gpu.power_curve().points
+    return points[0][0] if len(points) >= 2 else -math.inf
 
 
 def _reason(gpu: GpuPower, caps: dict[int, float], in_job: list[GpuPower]) -> str:
