@@ -1,16 +1,20 @@
-"""The in-rank agent: times steps and hands records to the sender.
+"""The in-rank agent: times steps and hands records to the sender thread.
 
-Cheap by construction: a step costs two perf_counter() calls, a small
-object and a deque append on the training thread. Values that would need a
-GPU synchronisation now (a loss or any value given as a CUDA tensor, CUDA-event
-timings of the all-reduce) are read later, once the GPU has computed them:
-each step's record is sent when the next step ends, or up to
+Cheap by construction: on the training thread a step costs two perf_counter() calls, a small
+object, its numbers made plain (a CUDA tensor: an asynchronous copy, read later) and one slot of a
+preallocated ring (agent/step_ring.py). Everything else happens on the sender thread, a few times a
+second: the step's message built (values a GPU synchronisation would read now, like a CUDA loss, are
+read once computed), the allocator and process figures, the encoding and the writes. Each step is
+collected once the next step has ended (annotate_last may still set its values), or up to
 MAX_DEFERRED_STEPS later while its CUDA values are not computed yet.
+
+The message follows the step contract (gpumix/wire/snapshot_types.py): every number of
+STEP_NUMBER_RANGES that the agent does not measure or hold itself is one the script sets on its step
+record, so a number added to the contract is taken from the record and sent with no change here.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import os
@@ -26,17 +30,32 @@ from gpumix.agent import launcher_env
 from gpumix.agent.lazy import LazyScalar, PinnedPool
 from gpumix.agent.restart import RestartControl
 from gpumix.agent.sender import Sender
+from gpumix.agent.step_ring import StepRing
 from gpumix.agent.values import Coerced, NotANumber, coerce, read
 from gpumix.wire.plan_file import PLAN_ENV, RunPlan, load_plan
+from gpumix.wire.snapshot_types import STEP_NUMBER_RANGES
 
 log = logging.getLogger("gpumix.agent")
 RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often
-# A step's fields that take a number from the script (a Python number, numpy scalar or tensor).
-RECORD_NUMBERS = ("samples", "tokens", "loss", "lr", "forward_s", "backward_s", "optimizer_s", "comm_s",
-                  "loss_scale")
+# Who fills each field of the step message (StepMessage, gpumix/wire/snapshot_types.py):
+STEP_HEAD = ("type", "step", "step_time_s")  # the agent, from its clock
+MEASURED = ("t", "data_wait_s", "dropped", "cpu_pct", "rss_bytes",  # the agent, from its clock and counters,
+            "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes")  # the process and the allocator
+SETTINGS = ("micro_batch", "accumulation_steps", "gradient_bytes", "dp_devices")  # set once on the agent
+AMP_FIELDS = ("amp_autocast", "amp_dtype", "amp_skipped_steps")  # watch_amp (AmpWatch.fields)
+
+
+def record_numbers(ranges: dict[str, tuple[float, float]]) -> tuple[str, ...]:
+    """The contract's numbers the script sets on its step record (a Python number, numpy scalar or
+    tensor): all but those the agent measures or holds."""
+    return tuple(name for name in ranges if name not in MEASURED + SETTINGS + AMP_FIELDS)
+
+
+RECORD_NUMBERS = record_numbers(STEP_NUMBER_RANGES)  # samples, tokens, loss, lr, forward_s, ..., loss_scale
 # A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
 # to this many steps, then goes without them: its record is never read with a synchronisation.
-# Within the DeepSpeed probe's 8 kept steps; (MAX + 2) * 9 fields = 72 pinned buffers in use, of 128.
+# The sender thread collects steps every PERIOD_S (agent/sender.py): the DeepSpeed probe keeps its
+# timings for 64 steps, the pinned pool reads 256 values back (agent/lazy.py).
 MAX_DEFERRED_STEPS = 6
 
 # (step index) -> seconds of communication in that step, or None if not known (yet)
@@ -49,21 +68,29 @@ class StepRecord:
     The script may set numbers, numpy scalars or tensors (a CUDA tensor is read once computed,
     no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py)."""
 
+    # Every number of RECORD_NUMBERS is an attribute, None until set (class defaults below: nothing
+    # per step). comm_s: set by an integration, else from the comm probes; loss_scale: the GradScaler's
+    # scale after this step (watch_amp), read once computed.
+    loss: Any
+    lr: Any
+    forward_s: Any
+    backward_s: Any
+    optimizer_s: Any
+    comm_s: Any
+    loss_scale: Any
+
     def __init__(self, index: int, samples: Any, tokens: Any) -> None:
         self.index = index
         self.samples = samples
         self.tokens = tokens
-        self.loss: Any = None
-        self.lr: Any = None
-        self.forward_s: Any = None
-        self.backward_s: Any = None
-        self.optimizer_s: Any = None
-        self.comm_s: Any = None  # set by an integration, else from the comm probes
-        self.loss_scale: Any = None  # the GradScaler's scale after this step (watch_amp), read once computed
         self.begin_s = time.perf_counter()
         self.end_s: float | None = None
         self.step_time_s: float | None = None  # previous step's end to this one's end
         self.data_wait_s: float | None = None  # previous step's end to this one's begin
+
+
+for _name in RECORD_NUMBERS:
+    setattr(StepRecord, _name, None)
 
 
 class _StepContext:
@@ -98,9 +125,11 @@ class Agent:
         self.phase_probes: list[Callable[[], dict[str, float | None]]] = []  # forward_s, backward_s, ...
         self.steps = 0
         self._last_end_s: float | None = None
-        # ended steps not sent yet, oldest first: each waits for the next step (annotate_last)
+        self._last: StepRecord | None = None  # the step that just ended (annotate_last)
+        # ended steps not collected yet, oldest first: each waits for the next step (annotate_last)
         # and for its CUDA values, at most MAX_DEFERRED_STEPS steps
-        self._pending: collections.deque[StepRecord] = collections.deque()
+        self._ring = StepRing(max_messages)
+        self._wall_offset_s = time.time() - time.perf_counter()  # a step's wall clock, from its perf_counter end
         self._cuda = self._uses_cuda()
         self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
@@ -113,7 +142,8 @@ class Agent:
         self.restart = RestartControl(self.rank)
         self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does
         self.plan = _load_plan()
-        self.sender = Sender(address, self._hello, max_messages=max_messages)
+        self.sender = Sender(address, self._hello, max_messages=max_messages, collect=self._collect,
+                             pending=lambda: self._ring.pending)
 
     # -- identity ---------------------------------------------------------------
 
@@ -237,12 +267,37 @@ class Agent:
         if self._amp is not None and record.loss_scale is None:
             record.loss_scale = self._amp.scale_tensor()
         for name in RECORD_NUMBERS:  # a tensor loss is replaced: the graph is not kept alive
-            setattr(record, name, self._number(name, getattr(record, name), self._pinned))
+            value = getattr(record, name, None)
+            if value is not None and type(value) is not int and type(value) is not float:
+                setattr(record, name, self._number(name, value, self._pinned))
         self.steps = record.index + 1
-        pending = self._pending
-        pending.append(record)
-        while len(pending) > 1 and (len(pending) > MAX_DEFERRED_STEPS + 1 or _computed(pending[0])):
-            self.sender.put(self._message(pending.popleft()))
+        self._last = record
+        self._ring.put(record)  # the sender thread takes it from here
+
+    # -- the sender thread's side ----------------------------------------------------
+
+    def _collect(self, final: bool = False) -> list[dict[str, Any]]:
+        """The messages of the steps ready to go, oldest first (called on the sender thread only).
+        A step is ready once a newer one ended and its CUDA values are computed, or MAX_DEFERRED_STEPS
+        newer steps ended. final: every step, the last one too, CUDA values waited for."""
+        ring, messages = self._ring, []
+        while (record := ring.oldest(keep=0 if final else 1)) is not None:
+            newer = ring.written - 1 - ring.taken
+            if not final and newer <= MAX_DEFERRED_STEPS and not _computed(record):
+                break  # in order: the later steps wait behind it
+            ring.take()
+            messages.append(self._message(record, wait=final))
+        return messages
+
+    @property
+    def dropped(self) -> int:
+        """Steps and messages lost on the way (the ring overwritten, the send queue full)."""
+        return self._ring.dropped + self.sender.dropped
+
+    @property
+    def queued(self) -> int:
+        """Steps and messages not sent yet."""
+        return self._ring.pending + self.sender.queued
 
     # -- supervised restarts (gpumix run) --------------------------------------------
 
@@ -265,9 +320,9 @@ class Agent:
 
     def annotate_last(self, **values: Any) -> None:
         """Set loss, lr, ... on the step that just ended (for frameworks that log after the step)."""
-        if not self._pending:
+        record = self._last
+        if record is None:
             return
-        record = self._pending[-1]
         for name, value in values.items():
             if name in RECORD_NUMBERS:
                 setattr(record, name, self._number(name, value, self._pinned))
@@ -282,28 +337,31 @@ class Agent:
                 total = (total or 0.0) + value
         return total
 
+    @property
+    def dp_devices(self) -> int | None:
+        """Set by watch_model: the devices of a DataParallel wrapper."""
+        return self._dp_devices
+
     def _message(self, record: StepRecord, wait: bool = False) -> dict[str, Any]:
-        """The step's record for the hub. wait: CUDA values are waited for (at close only)."""
-        comm = read(record.comm_s, wait)
-        if comm is None:
-            comm = read(self._number("comm_s", self._comm_seconds(record.index)))
+        """The step's message for the hub (StepMessage), on the sender thread. wait: CUDA values are
+        waited for (at close only)."""
         for probe in self.phase_probes:  # the framework's own split, where the script set none
             for name, value in probe().items():
-                if name in RECORD_NUMBERS and getattr(record, name) is None:
+                if name in RECORD_NUMBERS and getattr(record, name, None) is None:
                     setattr(record, name, self._number(name, value))
-        message: dict[str, Any] = {
-            "type": "step", "step": record.index, "t": time.time(), "step_time_s": record.step_time_s,
-            "samples": read(record.samples, wait), "tokens": read(record.tokens, wait),
-            "loss": read(record.loss, wait), "lr": read(record.lr, wait), "data_wait_s": record.data_wait_s,
-            "forward_s": read(record.forward_s, wait), "backward_s": read(record.backward_s, wait),
-            "optimizer_s": read(record.optimizer_s, wait), "comm_s": comm,
-            "micro_batch": self.micro_batch, "accumulation_steps": self.accumulation_steps,
-            "dropped": self.sender.dropped, "gradient_bytes": self.gradient_bytes,
-        }
-        if self._amp is not None:
-            message.update(self._amp.fields(read(record.loss_scale, wait)))
-        if self._dp_devices is not None:
-            message["dp_devices"] = self._dp_devices
+        message: dict[str, Any] = {"type": "step", "step": record.index, "step_time_s": record.step_time_s}
+        for name in RECORD_NUMBERS:
+            message[name] = read(getattr(record, name, None), wait)
+        if message.get("comm_s") is None and "comm_s" in RECORD_NUMBERS:
+            message["comm_s"] = read(self._number("comm_s", self._comm_seconds(record.index)))
+        for name in SETTINGS:
+            message[name] = getattr(self, name)
+        message["t"] = record.end_s + self._wall_offset_s if record.end_s is not None else time.time()
+        message["data_wait_s"] = record.data_wait_s
+        message["dropped"] = self.dropped
+        loss_scale = message.pop("loss_scale", None)
+        if self._amp is not None:  # the scale goes with the amp fields, after its finiteness check
+            message.update(self._amp.fields(loss_scale))
         message.update(self._gpu_memory())
         message.update(self._process_resources())
         return {key: value for key, value in message.items() if value is not None}
@@ -340,12 +398,7 @@ class Agent:
         return self._resources
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Send the last steps and what is queued, then stop the sender."""
-        try:
-            while self._pending:  # training is over: waiting for the GPU costs nothing now
-                self.sender.put(self._message(self._pending.popleft(), wait=True))
-        except Exception:
-            pass
+        """Collect every step (the last one too) and send what is queued, then stop the sender."""
         self.sender.close(timeout_s)
 
 
@@ -381,7 +434,7 @@ class AmpWatch:
 def _computed(record: StepRecord) -> bool:
     """Every CUDA value of the step is computed (a cheap event query each, no sync)."""
     return all(value.ready() for name in RECORD_NUMBERS
-               if isinstance(value := getattr(record, name), LazyScalar))
+               if isinstance(value := getattr(record, name, None), LazyScalar))
 
 
 def _load_plan() -> RunPlan | None:

@@ -13,12 +13,14 @@ from typing import Any
 
 
 class LazyScalar:
-    __slots__ = ("_value", "_host", "_event")
+    __slots__ = ("_value", "_host", "_event", "_pool", "_ticket")
 
     def __init__(self, value: Any, pinned_pool: PinnedPool | None) -> None:
         self._value: float | None = None
         self._host = None
         self._event = None
+        self._pool = pinned_pool
+        self._ticket = 0
         if value is None:
             return
         if isinstance(value, int | float):
@@ -35,18 +37,26 @@ class LazyScalar:
             self._value = float(tensor)  # CPU tensors: already computed
             return
         self._host = pinned_pool.take(torch)
+        self._ticket = pinned_pool.taken
         self._host.copy_(tensor.float().reshape(()), non_blocking=True)
         self._event = torch.cuda.Event()
         self._event.record()
 
+    def _reused(self) -> bool:
+        """Its pinned buffer may hold a later value by now (the ring went half round since)."""
+        return self._pool is not None and self._pool.taken - self._ticket >= self._pool.size // 2
+
     def ready(self) -> bool:
-        """The value can be read without waiting."""
-        return self._event is None or bool(self._event.query())
+        """The value can be read without waiting (or is lost: its buffer was reused)."""
+        return self._event is None or self._reused() or bool(self._event.query())
 
     def read(self, wait: bool = False) -> float | None:
-        """The value; None if the GPU has not computed it yet (unless wait: then wait for it)."""
+        """The value; None if the GPU has not computed it yet (unless wait: then wait for it), or if
+        it was read too late (the sender thread fell behind: its pinned buffer went to later values)."""
         if self._value is not None or self._event is None:
             return self._value
+        if self._reused():
+            return None
         if wait:
             self._event.synchronize()
         elif not self._event.query():
@@ -57,19 +67,22 @@ class LazyScalar:
 class PinnedPool:
     """A ring of pinned one-element host buffers: allocating pinned memory per step costs.
 
-    A buffer is reused `size` takes later. Up to eight fields of a step may be CUDA tensors, and
-    a step's record waits up to MAX_DEFERRED_STEPS (agent/core.py) for them: (6 + 2) * 8 = 64
-    buffers may be in use; twice that is the ring."""
+    A buffer is reused `size` takes later; a value not read within size // 2 takes reads None
+    (LazyScalar._reused), never a later step's number. The sender thread reads each step's values
+    within a tenth of a second (agent/sender.py PERIOD_S) once computed: 512 small buffers cover
+    256 CUDA values in that time (a 1 ms step giving loss and loss scale as tensors: 200)."""
 
-    def __init__(self, size: int = 128) -> None:
+    def __init__(self, size: int = 512) -> None:
         self._buffers: list[Any] = []
-        self._size = size
+        self.size = size
         self._next = 0
+        self.taken = 0  # buffers handed out so far
 
     def take(self, torch: Any) -> Any:
-        if len(self._buffers) < self._size:
+        self.taken += 1
+        if len(self._buffers) < self.size:
             self._buffers.append(torch.empty((), dtype=torch.float32, pin_memory=True))
             return self._buffers[-1]
         buffer = self._buffers[self._next]
-        self._next = (self._next + 1) % self._size
+        self._next = (self._next + 1) % self.size
         return buffer

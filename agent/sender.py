@@ -1,8 +1,11 @@
-"""The agent's background sender: a bounded queue drained by one daemon thread.
+"""The agent's background sender: one daemon thread that builds and sends the messages.
 
-The training thread only appends to a deque (drop-oldest when full, counted);
-this thread connects, sends, and on any failure closes, backs off and
-reconnects. Nothing here can raise into, block, or grow inside the training loop.
+The training thread never wakes it: it puts each ended step in the agent's ring (agent/step_ring.py)
+and goes on. Every PERIOD_S, while a hub is connected, this thread takes the ready steps through
+`collect` (which builds their messages: CUDA values read, allocator and process figures), queues them
+(bounded, drop-oldest, counted) and sends them in batches of one write. With no hub it backs off and
+reconnects, and builds nothing: steps wait in the ring, the oldest overwritten once it is full.
+Nothing here can raise into, block, or grow inside the training loop.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ QUEUE_MESSAGES = 1024
 SEND_TIMEOUT_S = 1.0  # a stopped hub fills the socket buffer: give up on it, don't wait
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
+PERIOD_S = 0.1  # how often the ready steps are collected and sent: ten wake-ups a second, not one a step
+BATCH_MESSAGES = 64  # messages per write
+
+# collect(final) -> the messages of the steps ready now; final: every step, the last one included
+Collect = Callable[[bool], list[dict[str, Any]]]
 
 
 def _closed_by_hub(sock: socket.socket) -> bool:
@@ -33,12 +41,18 @@ def _closed_by_hub(sock: socket.socket) -> bool:
 
 
 class Sender:
-    def __init__(self, address: str, hello: Callable[[], dict[str, Any]], max_messages: int = QUEUE_MESSAGES) -> None:
+    def __init__(self, address: str, hello: Callable[[], dict[str, Any]], max_messages: int = QUEUE_MESSAGES,
+                 collect: Collect | None = None, pending: Callable[[], int] | None = None,
+                 period_s: float = PERIOD_S) -> None:
         self.address = address
         self._hello = hello
+        self._collect_steps = collect or (lambda final: [])
+        self._steps_pending = pending or (lambda: 0)
+        self.period_s = period_s
         self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_messages)
         self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._closing = threading.Event()
+        self._deadline = float("inf")  # set by close()
         self.dropped = 0  # messages lost because the queue was full
         self.sent = 0
         self.connects = 0
@@ -46,7 +60,7 @@ class Sender:
         self._thread.start()
 
     def put(self, message: dict[str, Any]) -> None:
-        """Called from the training thread: O(1), never blocks, never raises."""
+        """A message besides the steps (a transport report): O(1), never blocks, never raises."""
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1  # deque drops the oldest on append
         self._queue.append(message)
@@ -69,13 +83,36 @@ class Sender:
         self.connects += 1
         return sock
 
+    def _collect(self, final: bool) -> None:
+        for message in self._collect_steps(final):
+            if len(self._queue) == self._queue.maxlen:
+                self.dropped += 1
+            self._queue.append(message)
+
+    def _send_batch(self, sock: socket.socket) -> None:
+        batch = [self._queue[i] for i in range(min(BATCH_MESSAGES, len(self._queue)))]
+        sock.sendall(b"".join(protocol.encode(message) for message in batch))
+        for _ in batch:  # sent: only now off the queue (a failed write sends them again)
+            self._queue.popleft()
+        self.sent += len(batch)
+
     def _run(self) -> None:
         sock: socket.socket | None = None
         backoff = BACKOFF_START_S
-        while not self._stop.is_set():
-            if not self._queue:
-                self._wake.wait(0.5)
-                self._wake.clear()
+        retry_at = 0.0
+        while True:
+            closing = self._closing.is_set()
+            if closing and time.monotonic() >= self._deadline:
+                break
+            if not self._queue and not self._steps_pending():
+                if closing:
+                    break
+                self._wait(self.period_s)
+                continue
+            if sock is None and time.monotonic() < retry_at:  # no hub: steps wait in the ring
+                if closing:
+                    break
+                self._wait(min(self.period_s, retry_at - time.monotonic()))
                 continue
             try:
                 if sock is not None and _closed_by_hub(sock):
@@ -84,24 +121,29 @@ class Sender:
                 if sock is None:
                     sock = self._connect()
                     backoff = BACKOFF_START_S
-                message = self._queue[0]
-                sock.sendall(protocol.encode(message))
-                self._queue.popleft()
-                self.sent += 1
+                self._collect(final=closing)
+                while self._queue and not (closing and time.monotonic() >= self._deadline):
+                    self._send_batch(sock)
             except (OSError, ValueError, IndexError):
                 # hub absent, gone, stopped or slow: drop the connection, retry later
                 if sock is not None:
                     sock.close()
                     sock = None
-                self._stop.wait(backoff)
+                retry_at = time.monotonic() + backoff
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
+                continue
+            if closing:
+                break
+            self._wait(self.period_s)
         if sock is not None:
-            self._flush(sock)
+            self._bye(sock)
 
-    def _flush(self, sock: socket.socket) -> None:
+    def _wait(self, seconds: float) -> None:
+        self._wake.wait(max(0.0, seconds))
+        self._wake.clear()
+
+    def _bye(self, sock: socket.socket) -> None:
         try:
-            while self._queue:
-                sock.sendall(protocol.encode(self._queue.popleft()))
             sock.sendall(protocol.encode({"type": "bye"}))
         except (OSError, ValueError):
             pass
@@ -109,10 +151,8 @@ class Sender:
             sock.close()
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Send what is queued (within timeout_s) and stop."""
-        deadline = time.monotonic() + timeout_s
-        while self._queue and time.monotonic() < deadline and self._thread.is_alive():
-            time.sleep(0.01)
-        self._stop.set()
+        """Collect every step (the last included), send what is queued within timeout_s, and stop."""
+        self._deadline = time.monotonic() + timeout_s
+        self._closing.set()
         self._wake.set()
-        self._thread.join(max(0.0, deadline - time.monotonic()) + 0.5)
+        self._thread.join(timeout_s + 0.5)

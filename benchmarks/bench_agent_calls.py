@@ -1,45 +1,162 @@
-"""What one agent step costs on the training thread, in microseconds (median of N).
+"""What one agent step costs on the training thread, in microseconds: median and p99 per call,
+without a hub and with a live one, alternated in pairs so that drift hits both alike.
 
-    python benchmarks/bench_agent_calls.py [--device cuda] [--steps 2000]
-Times `with agent.step(...) as s: s.loss = tensor` around an empty body, with the
-agent sending to a hub that is absent (the cost the training thread pays is the same).
+    python benchmarks/bench_agent_calls.py --out agent_calls.json          # both cases, 3 pairs
+    python benchmarks/bench_agent_calls.py --case no-hub --out no_hub.json  # one case only
+    python benchmarks/bench_agent_calls.py --hub-socket /tmp/gpumix-hub.sock --out calls.json
+
+Each run times `with agent.step(samples=256) as s: s.loss = loss` around an empty body, `--steps`
+times, with a fresh Agent (loss: a one-element tensor on --device, cuda when there is one).
+no-hub: the agent's hub address does not exist (its sender backs off and retries).
+hub: a live hub, `gpumix hub --sim mixed-10 --socket TMP` started here in its own process (or the
+hub at --hub-socket); the run counts only when its agent connected and the hub received its steps.
+With --profile FILE, one more run under cProfile (the training thread's calls; with the hub when
+there is one) writes its stats to FILE and its top functions by own time into the JSON.
+The JSON holds every run, each case's median of run medians and p99s, the machine and its load.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import os
+import platform
+import pstats
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-from gpumix.agent.core import Agent
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.waiting
+from gpumix.agent.core import Agent  # noqa: E402
+from gpumix.hub.client import HubClient  # noqa: E402
+from tests.waiting import wait_until  # noqa: E402
+
+JOB = "bench-agent-calls"
+ABSENT = "/nonexistent/gpumix-hub.sock"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    loss = torch.ones((), device=args.device)
-    agent = Agent("/nonexistent/hub.sock", job="bench", max_messages=64)
+def start_hub(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A real hub process on the simulated mixed-10 rig (no GPUs needed, no demo job)."""
+    path = str(folder / "hub.sock")
+    hub = subprocess.Popen([sys.executable, "-m", "gpumix.cli.main", "hub", "--sim", "mixed-10", "--socket", path],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: HubClient(path, timeout_s=1.0).snapshot() is not None, 60, "the hub to answer")
+    return hub, path
+
+
+def hub_steps(address: str) -> int | None:
+    """The step the hub last received from this benchmark's agent."""
+    snapshot = HubClient(address, timeout_s=5.0).snapshot() or {}
+    steps = [r.get("step") for r in snapshot.get("ranks", []) if r.get("job") == JOB]
+    return max((s for s in steps if s is not None), default=None)
+
+
+def one_run(address: str, steps: int, loss: torch.Tensor, profile: cProfile.Profile | None = None) -> dict:
+    agent = Agent(address, job=JOB)
+    if address != ABSENT:  # the agent's first message opens its connection: wait for it, then time
+        with agent.step(samples=256) as step:
+            step.loss = loss
+        with agent.step(samples=256) as step:
+            step.loss = loss
+        wait_until(lambda: agent.sender.connects >= 1, 30, "the agent to connect")
     times = []
-    for _ in range(args.steps):
+    if profile is not None:
+        profile.enable()
+    for _ in range(steps):
         started = time.perf_counter()
         with agent.step(samples=256) as step:
             step.loss = loss
         times.append(time.perf_counter() - started)
-    if args.device == "cuda":
+    if profile is not None:
+        profile.disable()
+    if loss.device.type == "cuda":
         torch.cuda.synchronize()
-    agent.close(timeout_s=0.1)
-    result = {"device": args.device, "steps": args.steps, "median_us": statistics.median(times) * 1e6,
-              "p90_us": sorted(times)[int(0.9 * len(times))] * 1e6}
-    print(json.dumps(result))
+    connects, dropped, last_step = agent.sender.connects, agent.sender.dropped, agent.steps - 1
+    agent.close(timeout_s=5.0 if address != ABSENT else 0.1)
+    received = None
+    if address != ABSENT:  # the hub got the steps: the connected case really was connected
+        received = wait_until(lambda: hub_steps(address) == last_step, 30) and last_step
+    times.sort()
+    return {"mean_us": statistics.fmean(times) * 1e6, "median_us": statistics.median(times) * 1e6, "p90_us": times[int(0.90 * len(times))] * 1e6,
+            "p99_us": times[int(0.99 * len(times))] * 1e6, "max_us": times[-1] * 1e6,
+            "connects": connects, "dropped": dropped, "hub_last_step": received, "steps": steps}
+
+
+def top_functions(stats: pstats.Stats, count: int = 12) -> list[dict]:
+    """The profiled run's functions by own time: calls, and microseconds per call, own and cumulative."""
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:count]  # type: ignore[attr-defined]
+    return [{"function": f"{Path(file).name}:{line}({name})", "calls": calls,
+             "own_us_per_call": own / calls * 1e6, "cumulative_us_per_call": cumulative / calls * 1e6}
+            for (file, line, name), (_, calls, own, cumulative, _) in rows]
+
+
+def summary(runs: list[dict]) -> dict:
+    return {"runs": runs, "mean_us": statistics.median(r["mean_us"] for r in runs),
+            "median_us": statistics.median(r["median_us"] for r in runs),
+            "p99_us": statistics.median(r["p99_us"] for r in runs),
+            "median_us_range": [min(r["median_us"] for r in runs), max(r["median_us"] for r in runs)],
+            "p99_us_range": [min(r["p99_us"] for r in runs), max(r["p99_us"] for r in runs)]}
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "load_avg_1_5_15": list(os.getloadavg()), "python": platform.python_version(),
+            "torch": torch.__version__, "platform": platform.platform(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the loss tensor lives (default: cuda when there is one)")
+    parser.add_argument("--steps", type=int, default=5000, help="timed steps per run (default 5000)")
+    parser.add_argument("--pairs", type=int, default=3, help="runs per case, alternated (default 3)")
+    parser.add_argument("--case", choices=("both", "no-hub", "hub"), default="both",
+                        help="without a hub, with a live hub, or both alternated (default both)")
+    parser.add_argument("--hub-socket", metavar="PATH", help="a running hub's socket (default: start one)")
+    parser.add_argument("--profile", metavar="FILE", help="profile one more hub run; pstats text to FILE")
+    parser.add_argument("--out", metavar="FILE", help="write the JSON here (it is printed too)")
+    args = parser.parse_args()
+    loss = torch.ones((), device=args.device)
+    cases = ["no-hub", "hub"] if args.case == "both" else [args.case]
+    hub_process = None
+    address = args.hub_socket
+    with tempfile.TemporaryDirectory(prefix="gpumix-bench-") as folder:
+        try:
+            if "hub" in cases and address is None:
+                hub_process, address = start_hub(Path(folder))
+            runs: dict[str, list[dict]] = {case: [] for case in cases}
+            for _ in range(args.pairs):
+                for case in cases:
+                    runs[case].append(one_run(ABSENT if case == "no-hub" else address, args.steps, loss))
+            profile_top = None
+            if args.profile:
+                profile = cProfile.Profile()
+                one_run(address or ABSENT, args.steps, loss, profile)
+                with open(args.profile, "w") as stream:
+                    stats = pstats.Stats(profile, stream=stream).sort_stats("tottime")
+                    stats.print_stats(25)
+                profile_top = top_functions(stats)
+        finally:
+            if hub_process is not None:
+                hub_process.terminate()
+                hub_process.wait(10)
+    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "device": args.device,
+              "steps": args.steps, "pairs": args.pairs, "hub": "started: gpumix hub --sim mixed-10"
+              if hub_process is not None else args.hub_socket, "machine": machine(),
+              "cases": {case: summary(case_runs) for case, case_runs in runs.items()}, "profile_top": profile_top}
+    text = json.dumps(result, indent=1)
+    print(text)
     if args.out:
-        with open(args.out, "w") as out:
-            json.dump(result, out)
+        Path(args.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

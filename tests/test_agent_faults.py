@@ -67,7 +67,7 @@ for index in range(steps):
 result = {"times": times, "ends": ends, "rss_start": rss_start, "rss_end": process.memory_info().rss}
 if agent is not None:
     sender = agent.sender
-    result.update(dropped=sender.dropped, queued=sender.queued, maxlen=sender._queue.maxlen)
+    result.update(dropped=agent.dropped, queued=agent.queued, maxlen=agent._ring.size)
     agent.close(close_s)
     result.update(sent=sender.sent, connects=sender.connects)
     gpumix.agent.stop()
@@ -169,7 +169,7 @@ def test_hub_absent_training_unaffected(procs: list[subprocess.Popen[str]], sock
     absent = run_trainer(procs, sock_path, steps, close_s=0.2)
     assert len(absent["times"]) == steps
     assert absent["sent"] == 0 and absent["connects"] == 0 and absent["dropped"] == 0
-    assert absent["queued"] == steps - 1  # the last step waits for the next one (or close)
+    assert absent["queued"] == steps  # every step waits for a hub, none is built into a message
     assert len(baseline["times"]) == len(disabled["times"]) == steps
     assert "sent" not in disabled or disabled["connects"] == 0
     assert not os.path.exists(sock_path)
@@ -261,6 +261,6 @@ def test_flood_small_queue_bounded(procs: list[subprocess.Popen[str]], sock_path
     assert result["maxlen"] == 64
     assert result["queued"] <= 64
     assert result["dropped"] > 0
-    assert result["dropped"] == (steps - 1) - result["queued"]  # nothing was sent, every overflow counted
+    assert result["dropped"] == steps - result["queued"]  # nothing was sent, every overflow counted
     growth_mb = (result["rss_end"] - result["rss_start"]) / 2**20
     assert growth_mb < 20, growth_mb

@@ -121,27 +121,27 @@ def _gpu_value(value: float, event: _GpuEvent) -> LazyScalar:
 def test_a_step_waits_for_its_gpu_values_in_order_and_never_too_long() -> None:
     from gpumix.agent.core import MAX_DEFERRED_STEPS, Agent
 
-    agent = Agent("/nonexistent/gpumix-hub.sock", job="t")
+    agent = Agent("/nonexistent/gpumix-hub.sock", job="t")  # no hub: only this test collects the steps
     try:
         event = _GpuEvent()
         with agent.step(samples=8):
             pass
-        agent._pending[-1].loss = _gpu_value(2.5, event)  # step 0's loss, still being computed
+        agent._last.loss = _gpu_value(2.5, event)  # step 0's loss, still being computed
         for _ in range(3):
             with agent.step(samples=8):
                 pass
-        assert agent.sender.queued == 0  # step 0 waits, and the later steps wait behind it
+        assert agent._collect() == []  # step 0 waits, and the later steps wait behind it
         event.done = True
         with agent.step(samples=8):
             pass
-        sent = list(agent.sender._queue)
+        sent = agent._collect()
         assert [m["step"] for m in sent] == [0, 1, 2, 3] and sent[0]["loss"] == 2.5
         late = _GpuEvent()  # never computed: sent without it after MAX_DEFERRED_STEPS steps
-        agent._pending[-1].loss = _gpu_value(9.0, late)
+        agent._last.loss = _gpu_value(9.0, late)
         for _ in range(MAX_DEFERRED_STEPS + 1):
             with agent.step(samples=8):
                 pass
-        late_step = [m for m in agent.sender._queue if m["step"] == 4]
+        late_step = [m for m in agent._collect() if m["step"] == 4]
         assert late_step and "loss" not in late_step[0] and late_step[0]["samples"] == 8
     finally:
         agent.close(0.1)

@@ -30,7 +30,7 @@ from typing import Any
 from gpumix.agent.core import Agent
 
 ALLREDUCE_TIMER = "bwd_allreduce"  # deepspeed.utils.timer.BACKWARD_REDUCE_GLOBAL_TIMER
-KEPT_STEPS = 8
+KEPT_STEPS = 64  # the sender thread collects a step's comm time up to a tenth of a second later
 
 
 class DeepSpeedCommTimer:

@@ -1,0 +1,53 @@
+"""Ended steps on their way from the training thread to the sender thread: a preallocated ring.
+
+One writer (the training thread: put, one slot store and one counter increment, never a lock
+or a wake-up) and one reader (the sender thread: oldest first). When the reader falls a whole
+ring behind (no hub, a frozen hub), the writer overwrites the oldest steps: they are counted as
+dropped by the reader, and memory stays bounded. Correct under the GIL: each store is atomic, and
+the reader checks after reading a slot that the writer had not yet come round to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StepRing:
+    def __init__(self, size: int) -> None:
+        self.size = max(2, int(size))
+        self._slots: list[Any] = [None] * self.size
+        self.written = 0  # steps put so far; written by the training thread only
+        self.taken = 0  # steps taken (or dropped) so far; written by the reader only
+        self._dropped = 0  # overwritten before the reader took them (counted when it came back)
+
+    def put(self, record: Any) -> None:
+        """The training thread: O(1), no allocation, never blocks."""
+        self._slots[self.written % self.size] = record
+        self.written += 1
+
+    @property
+    def dropped(self) -> int:
+        """Steps overwritten before the reader took them (also while it is away)."""
+        return self._dropped + max(0, self.written - self.taken - self.size)
+
+    @property
+    def pending(self) -> int:
+        """Steps put and not taken yet (at most the ring's size)."""
+        return min(self.written - self.taken, self.size)
+
+    def oldest(self, keep: int = 0) -> Any | None:
+        """The reader: the oldest step not taken, leaving the newest `keep` in the ring; None if none."""
+        while True:
+            written = self.written
+            if written - self.taken > self.size:  # overwritten while we were away
+                self._dropped += written - self.size - self.taken
+                self.taken = written - self.size
+            if written - self.taken <= keep:
+                return None
+            record = self._slots[self.taken % self.size]
+            if self.written - self.taken <= self.size:  # the writer had not come round to it yet
+                return record
+
+    def take(self) -> None:
+        """The reader is done with the step `oldest()` gave."""
+        self.taken += 1

@@ -1,0 +1,115 @@
+"""The agent's step message comes from the step contract (gpumix/wire/snapshot_types.py), and is
+built on the sender thread: the training thread only puts its step in a preallocated ring."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from gpumix.agent import core
+from gpumix.agent.core import Agent
+from gpumix.agent.step_ring import StepRing
+from gpumix.hub.ranks import parse_step
+from gpumix.wire.snapshot_types import STEP_NUMBER_RANGES, StepMessage
+from tests.waiting import wait_until
+
+ABSENT = "/nonexistent/gpumix-hub.sock"  # no hub: the sender never collects, the test does
+
+
+@pytest.fixture(autouse=True)
+def _single_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_field_of_the_step_contract_has_exactly_one_source() -> None:
+    sources = [*core.STEP_HEAD, *core.MEASURED, *core.SETTINGS, *core.AMP_FIELDS, *core.RECORD_NUMBERS]
+    assert sorted(sources) == sorted(StepMessage.__annotations__)
+    assert set(core.RECORD_NUMBERS) == {"samples", "tokens", "loss", "lr", "forward_s", "backward_s", "optimizer_s",
+                                        "comm_s", "loss_scale"}
+
+
+def test_a_number_added_to_the_contract_is_taken_from_the_record_and_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    extended = {**STEP_NUMBER_RANGES, "grad_norm": (0.0, 1e9)}
+    assert core.record_numbers(extended) == (*core.RECORD_NUMBERS, "grad_norm")
+    monkeypatch.setattr(core, "RECORD_NUMBERS", core.record_numbers(extended))
+    agent = Agent(ABSENT, job="contract")
+    try:
+        with agent.step(samples=8) as step:
+            step.grad_norm = np.float32(2.5)  # coerced like any number of the contract
+        with agent.step(samples=8):
+            pass
+        (message,) = agent._collect()
+    finally:
+        agent.close(0.1)
+    assert message["grad_norm"] == 2.5 and type(message["grad_norm"]) is float
+
+
+class _Scaler:
+    """GradScaler's surface the agent reads (no GPU here): its scale, enabled."""
+
+    _scale = 1024.0
+
+    def is_enabled(self) -> bool:
+        return True
+
+
+def test_a_full_step_carries_every_field_of_the_contract_in_range() -> None:
+    import torch
+
+    agent = Agent(ABSENT, job="contract")
+    try:
+        agent.micro_batch, agent.accumulation_steps, agent.gradient_bytes = 8, 2, 4096
+        agent.watch_amp(_Scaler(), torch.bfloat16)
+        agent.watch_model(torch.nn.DataParallel(torch.nn.Linear(2, 2)))
+        for index in range(3):
+            with agent.step(samples=8, tokens=64) as step:
+                step.loss, step.lr = torch.tensor(2.0 - index), 1e-3
+                step.forward_s, step.backward_s, step.optimizer_s, step.comm_s = 0.01, 0.02, 0.003, 0.004
+        messages = agent._collect(final=True)
+    finally:
+        agent.close(0.1)
+    assert [m["step"] for m in messages] == [0, 1, 2]
+    without_cuda = {"mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes"}  # the allocator's, on a GPU
+    assert set(messages[-1]) == set(StepMessage.__annotations__) - without_cuda
+    parsed = parse_step(messages[-1])
+    assert parsed["rejected"] == [] and parsed["loss"] == 0.0 and parsed["amp_dtype"] == "bfloat16"
+
+
+def test_the_ring_keeps_the_newest_and_counts_what_it_overwrote() -> None:
+    ring = StepRing(4)
+    for index in range(10):
+        ring.put(index)
+    assert ring.dropped == 6 and ring.pending == 4  # counted while nobody read
+    taken = []
+    while (item := ring.oldest(keep=1)) is not None:
+        taken.append(item)
+        ring.take()
+    assert taken == [6, 7, 8] and ring.dropped == 6 and ring.pending == 1  # the newest stays
+    ring.put(10)
+    assert ring.oldest(keep=1) == 9 and ring.oldest(keep=2) is None
+
+
+def test_steps_are_built_into_messages_on_the_sender_thread(hub_socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    hub, socket_path = hub_socket
+    built_on: set[str] = set()
+    original = Agent._message
+
+    def noting(self: Agent, record: core.StepRecord, wait: bool = False) -> dict:
+        built_on.add(threading.current_thread().name)
+        return original(self, record, wait)
+
+    monkeypatch.setattr(Agent, "_message", noting)
+    agent = Agent(socket_path, job="threads")
+    try:
+        for index in range(20):
+            with agent.step(samples=8) as step:
+                step.loss = float(index)
+        last_seen = lambda: [r["step"] for r in hub.snapshot()["ranks"] if r["job"] == "threads"]  # noqa: E731
+        assert wait_until(lambda: last_seen() == [18], 30), last_seen()  # the newest waits for the next step
+    finally:
+        agent.close(2.0)
+    assert wait_until(lambda: last_seen() == [19], 30), last_seen()  # close sends it
+    assert built_on == {"gpumix-agent-sender"}
