@@ -11,7 +11,8 @@ that stays the user's call.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpumix.plan.inputs import PlanInputError, plan_from_snapshot
@@ -21,6 +22,7 @@ CHECK_S = 5.0
 # Inputs not measured yet (a rank without samples per second) cost no planning: look again soon,
 # or a short run ends before the second look (seen on a loaded CI box: 60 steps in 6 s).
 NOT_READY_RETRY_S = 0.5
+OUTCOMES_KEPT = 8  # the latest different outcomes of the looks, for a message when no plan came
 
 
 @dataclass
@@ -32,7 +34,13 @@ class AutoReplan:
     settle_steps: int = 120
     proposed: int = 0  # plans proposed so far (a refused or aborted restart counts too: no retry loop)
     last_outcome: str = "not checked yet"  # why the last look proposed nothing (shown on failure)
+    outcomes: deque[str] = field(default_factory=lambda: deque(maxlen=OUTCOMES_KEPT))  # the latest, changes only
     _next_check_s: float = -math.inf
+
+    def _note(self, outcome: str) -> None:
+        self.last_outcome = outcome
+        if not self.outcomes or self.outcomes[-1] != outcome:
+            self.outcomes.append(outcome)
 
     def due(self, now_s: float) -> bool:
         """Worth a snapshot: restarts left, and the next look is due."""
@@ -44,23 +52,27 @@ class AutoReplan:
         if not self.due(now_s):
             return None
         ranks = [r for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")]
-        if not ranks or min(r.get("step") or 0 for r in ranks) < resume_step + self.settle_steps:
-            self.last_outcome = "ranks still settling"
+        if not ranks:
+            self._note("no ranks of the job report")
+            return None
+        if min(r.get("step") or 0 for r in ranks) < resume_step + self.settle_steps:
+            self._note("ranks still settling")
             return None
         try:
             _, plan = plan_from_snapshot(snapshot, job, granularity=granularity)
         except PlanInputError as error:  # not measured enough yet: cheap to find out, so look again soon
             self._next_check_s = now_s + NOT_READY_RETRY_S
-            self.last_outcome = f"not measured yet: {error}"
+            self._note(f"not measured yet: {error}")
             return None
         except ValueError as error:  # no split fits
             self._next_check_s = now_s + CHECK_S
-            self.last_outcome = f"no plan: {error}"
+            self._note(f"no plan: {error}")
             return None
         self._next_check_s = now_s + CHECK_S  # planning costs a little: once per CHECK_S once warmed up
         if plan.kept_current or not plan.speedup >= self.min_speedup:
-            self.last_outcome = f"kept: {plan.speedup:.2f}x predicted, {self.min_speedup:.2f}x asked"
+            self._note(f"kept: {plan.speedup:.2f}x predicted, {self.min_speedup:.2f}x asked"
+                       f" (slowest rank at step {min(r.get('step') or 0 for r in ranks)})")
             return None
-        self.last_outcome = f"proposed auto-{self.proposed + 1}"
+        self._note(f"proposed auto-{self.proposed + 1}")
         self.proposed += 1
         return {**plan_to_json(plan), "plan_id": f"auto-{self.proposed}"}

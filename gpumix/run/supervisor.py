@@ -13,45 +13,34 @@ Plans are taken from the hub one at a time, only when a restart can start (the p
 is in the status's `plans`. Stopping ends the job's whole process tree (gpumix/run/process_tree.py):
 SIGTERM, SIGKILL after kill_grace_s, at once on a second stop(); a watchdog ends it if the
 supervisor itself is killed.
+
+This module holds the launch, the loop, the hub polling and the order of a restart; the job's
+processes (stopping, leftovers, the watchdog) are gpumix/run/job_process.py, the restart
+protocol's steps on the control folder gpumix/run/restart.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
-import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpumix.hub.client import HubClient
+from gpumix.run import restart
 from gpumix.run.auto_replan import AutoReplan
-from gpumix.run.launch_command import with_process_count
-from gpumix.run.process_tree import MARKER_ENV, end_job, parent_death_signal, signal_job
+from gpumix.run.job_process import KILL_GRACE_S, JobProcess
 from gpumix.wire.paths import runtime_dir
-from gpumix.wire.plan_file import (
-    CONTROL_DIR_ENV,
-    PLAN_ENV,
-    RESUME_STEP_ENV,
-    RunPlan,
-    read_json,
-    write_json,
-)
+from gpumix.wire.plan_file import CONTROL_DIR_ENV, PLAN_ENV, RESUME_STEP_ENV, RunPlan, write_json
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
-STOP_MARGIN_S = 0.5  # time the ranks get to see the stop request before reaching the stop step
-CHECKPOINT_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 60.0
 RANKS_WAIT_S = 120.0  # a plan taken just after a (re)launch waits this long for the ranks to report
-KILL_GRACE_S = 10.0  # between SIGTERM and SIGKILL when the job is stopped
 PLANS_LOGGED = 8  # outcomes of the latest plans, in the status
 
 
@@ -76,12 +65,7 @@ class Supervisor:
         self.restarts = 0
         self.state = "starting"
         self.message = ""
-        self.process: subprocess.Popen[bytes] | None = None
-        self.kill_grace_s = kill_grace_s
-        self._stopping = False
-        self._kill_at_s = math.inf  # when a stopping job gets SIGKILL
-        self._marker = uuid.uuid4().hex  # in every process of the job's environment
-        self._watchdog: subprocess.Popen[str] | None = None
+        self.job_process = JobProcess(kill_grace_s, say)
         self._plans: deque[dict[str, Any]] = deque()  # taken from the hub, not started yet
         self._launched_at_s = -math.inf
         self.plan_log: deque[dict[str, str]] = deque(maxlen=PLANS_LOGGED)  # {"plan_id", "outcome"}
@@ -90,8 +74,7 @@ class Supervisor:
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ, GPUMIX_JOB=self.job, **{CONTROL_DIR_ENV: str(self.folder),
-                                                         RESUME_STEP_ENV: str(self.resume_step),
-                                                         MARKER_ENV: self._marker})
+                                                         RESUME_STEP_ENV: str(self.resume_step)})
         if self.plan is not None:
             plan_path = self.folder / f"plan-{self.plan.plan_id or 'initial'}.json"
             write_json(plan_path, self.plan.to_json())
@@ -103,101 +86,51 @@ class Supervisor:
         return env
 
     def _launch(self) -> None:
-        if self._stopping:  # stop() came first: start nothing that could outlive us
+        if self.job_process.stopping:  # stop() came first: start nothing that could outlive us
             return
         for stale in ("stop.json", "decision.json"):
             (self.folder / stale).unlink(missing_ok=True)
-        # Its own session (a terminal's Ctrl+C reaches us, not the ranks mid-step); SIGTERM if
-        # the thread that started it dies (torchrun then ends its workers; the watchdog the rest).
-        self.process = subprocess.Popen(self.command, env=self._environment(), start_new_session=True,
-                                        preexec_fn=parent_death_signal(signal.SIGTERM))
-        self._tell_watchdog(f"leader {self.process.pid}")
+        leader = self.job_process.launch(self.command, self._environment())
         self._launched_at_s = time.monotonic()
-        self.state, self.message = "running", f"pid {self.process.pid}, from step {self.resume_step}"
+        self.state, self.message = "running", f"pid {leader.pid}, from step {self.resume_step}"
 
     def stop(self) -> None:
-        """Ctrl+C or SIGTERM: end the whole job: SIGTERM now, SIGKILL after kill_grace_s.
+        """Ctrl+C or SIGTERM: end the whole job: SIGTERM now, SIGKILL after the kill grace.
         A second stop() (a second Ctrl+C) kills at once."""
-        leader = self.process.pid if self.process is not None else None
-        if self._stopping:
-            self._kill_at_s = time.monotonic()
-            signal_job(self._marker, leader, signal.SIGKILL)
-            return
-        self._stopping = True
-        self._kill_at_s = time.monotonic() + self.kill_grace_s
-        signal_job(self._marker, leader, signal.SIGTERM)
-
-    def _enforce_stop(self) -> None:
-        """Called while waiting on anything: a stopped job past its grace gets SIGKILL."""
-        if self._stopping and time.monotonic() >= self._kill_at_s:
-            signal_job(self._marker, self.process.pid if self.process else None, signal.SIGKILL)
-
-    def _end_leftovers(self) -> None:
-        """The leader exited: its other processes (a worker in a session of its own) go too,
-        within the stop's grace when stopping, else within kill_grace_s."""
-        grace_s = max(0.0, self._kill_at_s - time.monotonic()) if self._stopping else self.kill_grace_s
-        leader = self.process.pid if self.process else None
-        if end_job(self._marker, leader, grace_s):
-            self.say("gpumix run: processes of the job outlived it and were killed")
-
-    # -- the watchdog: ends the job if this process dies without stopping it -----------------
-
-    def _start_watchdog(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k != MARKER_ENV}
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "gpumix.run.process_tree", self._marker, str(self.kill_grace_s)],
-            stdin=subprocess.PIPE, text=True, env=env, start_new_session=True)
-
-    def _tell_watchdog(self, line: str) -> None:
-        if self._watchdog is None or self._watchdog.stdin is None:
-            return
-        try:
-            self._watchdog.stdin.write(line + "\n")
-            self._watchdog.stdin.flush()
-        except OSError:  # it died: the job can still be ended by us, and by PDEATHSIG
-            log.warning("gpumix run: the job's watchdog is gone", exc_info=True)
-            self._watchdog = None
-
-    def _stop_watchdog(self) -> None:
-        self._tell_watchdog("done")
-        if self._watchdog is not None:
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                self._watchdog.stdin.close()
-                self._watchdog.wait(5)
-            self._watchdog = None
+        self.job_process.stop()
 
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> int:
-        self._start_watchdog()
+        self.job_process.start_watchdog()
         try:
             return self._supervise()
         except BaseException:  # a bug here, or an interrupt: the job must not run on unsupervised
-            grace_s = max(0.0, self._kill_at_s - time.monotonic()) if self._stopping else self.kill_grace_s
-            end_job(self._marker, self.process.pid if self.process else None, grace_s)
+            self.job_process.end_all()
             raise
         finally:
-            self._stop_watchdog()
+            self.job_process.stop_watchdog()
 
     def _supervise(self) -> int:
         self._launch()
+        job = self.job_process
         while True:
-            if self.process is None:  # stopped before the job started
+            if job.leader is None:  # stopped before the job started
                 return 0
-            self._enforce_stop()
-            code = self.process.poll()
+            job.enforce_stop()
+            code = job.leader.poll()
             if code is not None:
-                self._end_leftovers()
+                job.end_leftovers()
                 self.state = "exited"
-                self.message = f"the job exited with code {code}" + (" (stopped)" if self._stopping else "")
+                self.message = f"the job exited with code {code}" + (" (stopped)" if job.stopping else "")
                 while self._plans:
                     self._log_plan(self._plans.popleft(), "not used: the job exited first")
                 self._report()
                 self.say(f"gpumix run: {self.message}; not relaunched")
                 return code
-            self._report(accepts_plan=not self._plans and not self._stopping)
+            self._report(accepts_plan=not self._plans and not job.stopping)
             request = self._next_plan()
-            if request is not None and not self._stopping:
+            if request is not None and not job.stopping:
                 self._start_restart(request)
             time.sleep(POLL_S)
 
@@ -255,7 +188,7 @@ class Supervisor:
             self.say(f"gpumix run: auto re-plan, {plan['speedup']:.2f}x predicted")
         return plan
 
-    # -- the restart protocol ------------------------------------------------------------
+    # -- a restart, in order (the steps are gpumix/run/restart.py) ------------------------
 
     def _ranks(self) -> list[dict[str, Any]]:
         snapshot = self.client.snapshot() if self.client else None
@@ -263,103 +196,64 @@ class Supervisor:
 
     def _restart(self, plan: RunPlan) -> None:
         ranks = self._ranks()
-        world = len(plan.shares)
-        command = self.command
-        refusal = None
-        running_batch = self._running_global_batch(ranks)
-        if len(ranks) != plan.world_before:
-            refusal = f"the plan is for {plan.world_before} ranks, {len(ranks)} report"
-        elif running_batch is not None and plan.global_batch != running_batch:
-            # the ranks resume at (epoch, step) = divmod(steps done, dataset // B): another B would
-            # repeat or skip samples of the epoch under way
-            refusal = (f"the plan's global batch {plan.global_batch} is not the job's {running_batch}; a restart"
-                       " keeps the global batch (change it with a fresh start)")
-        elif world != plan.world_before and not self.world_from_plan:
-            command = with_process_count(self.command, world)
-            if command is None:
-                refusal = (f"the plan keeps {world} of {plan.world_before} ranks, and the command names no"
-                           " --nproc_per_node or --num_gpus to change")
+        running_batch = restart.running_global_batch(self.plan, ranks)
+        refusal, command = restart.refusal(plan, ranks, running_batch, self.command, self.world_from_plan)
         if refusal is not None:
             self.message = f"restart refused: {refusal}"
             self.say(f"gpumix run: {self.message}")
             return
-        if self._stopping:
+        if self.job_process.stopping:
             self.message = "restart refused: the job is being stopped"
             return
-        step_s = max((r["step_time_s"] or 0.0) for r in ranks) or 1.0
-        last_reported = max(r["step"] or 0 for r in ranks)
-        # A rank's last report lags its progress by a step; give every rank time to see the request.
-        stop_after = last_reported + 2 + max(3, math.ceil(STOP_MARGIN_S / step_s))
-        restart_id = uuid.uuid4().hex[:12]
-        for old in self.folder.glob("ckpt-rank*.json"):
-            old.unlink(missing_ok=True)
-        write_json(self.folder / "stop.json", {"restart_id": restart_id, "stop_after_step": stop_after})
+        stop_after, checkpoints_s = restart.stop_step(ranks)
+        restart_id = restart.request_stop(self.folder, stop_after)
         self.state, self.message = "stopping", f"all ranks stop after step {stop_after}, then checkpoint"
         self.say(f"gpumix run: {self.message}")
         self._report()
         running = len(ranks)  # every rank running now checkpoints, also those the plan leaves out
-        reports = self._await_checkpoints(restart_id, running, deadline_s=(stop_after - last_reported) * step_s + CHECKPOINT_TIMEOUT_S)
-        failed = [r for r in reports.values() if not r.get("ok")]
-        if len(reports) < running or failed or self._stopping:
-            why = "; ".join(r.get("error") or "?" for r in failed) or f"{running - len(reports)} rank(s) did not checkpoint in time"
-            why = "the job is being stopped" if self._stopping else why
-            write_json(self.folder / "decision.json", {"restart_id": restart_id, "decision": "continue"})
-            (self.folder / "stop.json").unlink(missing_ok=True)
+        reports = restart.await_checkpoints(self.folder, restart_id, running, checkpoints_s, self._checkpointing)
+        why = "the job is being stopped" if self.job_process.stopping else restart.failure(reports, running)
+        if why is not None:
+            restart.decide(self.folder, restart_id, "continue")
             self.state, self.message = "running", f"restart aborted, the run goes on unchanged: {why}"
             self.say(f"gpumix run: {self.message}")
             return
-        write_json(self.folder / "decision.json", {"restart_id": restart_id, "decision": "exit"})
+        restart.decide(self.folder, restart_id, "exit")
         self.state, self.message = "relaunching", f"checkpointed at step {stop_after}; relaunching under plan {plan.plan_id}"
         self.say(f"gpumix run: {self.message}")
         self._report()
         self._await_exit()
-        if self._stopping:  # stopped while the ranks were leaving: nothing to relaunch
+        if self.job_process.stopping:  # stopped while the ranks were leaving: nothing to relaunch
             self.message = "stopped while relaunching"
             return
         self.plan, self.resume_step, self.command = plan, stop_after, command
         if plan.gpus is not None:
             self.visible_gpus = plan.gpus
         self.restarts += 1
-        self.process = None
+        self.job_process.leader = None
         self._launch()
         self.say(f"gpumix run: relaunched (restart {self.restarts}) from step {stop_after}")
 
-    def _running_global_batch(self, ranks: list[dict[str, Any]]) -> int | None:
-        """Samples per optimizer step of the job as it runs: its plan's, else what its ranks report
-        (the job's own equal split); None when they do not all say."""
-        if self.plan is not None:
-            return self.plan.global_batch
-        reported = [r.get("samples") for r in ranks]
-        if not reported or not all(isinstance(n, (int, float)) and n > 0 for n in reported):
-            return None
-        return round(sum(reported))
-
-    def _await_checkpoints(self, restart_id: str, world: int, deadline_s: float) -> dict[int, dict[str, Any]]:
-        reports: dict[int, dict[str, Any]] = {}
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline and len(reports) < world:
-            for rank in range(world):
-                report = read_json(self.folder / f"ckpt-rank{rank}.json")
-                if report and report.get("restart_id") == restart_id:
-                    reports[rank] = report
-            if self.process is not None and self.process.poll() is not None:
-                break  # the job died while stopping
-            if self._stopping:
-                break
-            self._report()
-            time.sleep(POLL_S / 5)
-        return reports
+    def _checkpointing(self) -> bool:
+        """Between looks for checkpoint reports: go on waiting unless the job died or is being
+        stopped; the hub hears from us meanwhile."""
+        leader = self.job_process.leader
+        if (leader is not None and leader.poll() is not None) or self.job_process.stopping:
+            return False
+        self._report()
+        return True
 
     def _await_exit(self) -> None:
         """The ranks agreed to exit: wait for them, then end what is left of the old job (a rank
         that does not leave, a process of its own session) before the relaunch."""
+        leader = self.job_process.leader
         deadline = time.monotonic() + EXIT_TIMEOUT_S
-        while self.process.poll() is None and time.monotonic() < deadline:
-            self._enforce_stop()
+        while leader.poll() is None and time.monotonic() < deadline:
+            self.job_process.enforce_stop()
             self._report()
             time.sleep(POLL_S / 5)
-        self._end_leftovers()
-        self.process.wait()
+        self.job_process.end_leftovers()
+        leader.wait()
 
 
 def _bounded(text: object, limit: int) -> str:
