@@ -113,3 +113,20 @@ def test_steps_are_built_into_messages_on_the_sender_thread(hub_socket, monkeypa
         agent.close(2.0)
     assert wait_until(lambda: last_seen() == [19], 30), last_seen()  # close sends it
     assert built_on == {"gpumix-agent-sender"}
+
+
+def test_a_rank_row_shows_each_last_step_field_as_the_agent_sent_it(demo_hub) -> None:
+    from gpumix.hub.ranks import parse_hello
+    from gpumix.wire.snapshot_types import AMP_DTYPES, RANK_LAST_STEP_FIELDS
+
+    key = demo_hub.agent_hello(parse_hello({"rank": 0, "world_size": 1, "job": "rows", "pid": 4242}))
+    numbers = {name: min(high, 2.0 + index) for index, (name, (_, high)) in enumerate(STEP_NUMBER_RANGES.items())}
+    for step in range(3):  # the row's figures come from its latest step: different values each step
+        message = {**{name: value + (0.0 if name == "amp_autocast" else step) for name, value in numbers.items()},
+                   "type": "step", "step": step, "step_time_s": 0.1, "amp_dtype": AMP_DTYPES[step]}
+        parsed = parse_step(message)
+        assert parsed["rejected"] == []
+        demo_hub.agent_step(key, parsed)
+    (row,) = [r for r in demo_hub.snapshot()["ranks"] if r["job"] == "rows"]
+    assert "loss" in RANK_LAST_STEP_FIELDS and "step_time_s" not in RANK_LAST_STEP_FIELDS
+    assert {name: row[name] for name in RANK_LAST_STEP_FIELDS} == {name: message[name] for name in RANK_LAST_STEP_FIELDS}

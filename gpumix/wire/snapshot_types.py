@@ -243,6 +243,14 @@ class RankRow(TypedDict):
     detail_dropped: NotRequired[bool]
 
 
+# A rank's row beside the step message: of the step's fields the row shares, these are shown as its
+# last step's value as sent; the others are medians over its last steps (gpumix.hub.ranks.rank_summary).
+# Derived, so a field added to both StepMessage and RankRow is the last value unless named a median.
+RANK_STEP_MEDIANS = ("step_time_s", "samples", "forward_s", "backward_s", "optimizer_s")
+RANK_LAST_STEP_FIELDS = tuple(name for name in StepMessage.__annotations__
+                              if name in RankRow.__annotations__ and name not in RANK_STEP_MEDIANS)
+
+
 class RunEfficiency(TypedDict):
     """How close a run comes to what its GPUs could do together (gpumix.hub.efficiency)."""
 
