@@ -126,6 +126,8 @@ class Agent:
         self.steps = 0
         self._last_end_s: float | None = None
         self._last: StepRecord | None = None  # the step that just ended (annotate_last)
+        self._steps_device: int | None = None  # the training thread's CUDA device, once CUDA is initialized
+        self._sender_on_device = False  # the sender thread's CUDA calls go to that device
         # ended steps not collected yet, oldest first: each waits for the next step (annotate_last)
         # and for its CUDA values, at most MAX_DEFERRED_STEPS steps
         self._ring = StepRing(max_messages)
@@ -272,6 +274,8 @@ class Agent:
                 setattr(record, name, self._number(name, value, self._pinned))
         self.steps = record.index + 1
         self._last = record
+        if self._steps_device is None and self._cuda:
+            self._steps_device = _initialized_device()
         self._ring.put(record)  # the sender thread takes it from here
 
     # -- the sender thread's side ----------------------------------------------------
@@ -280,6 +284,8 @@ class Agent:
         """The messages of the steps ready to go, oldest first (called on the sender thread only).
         A step is ready once a newer one ended and its CUDA values are computed, or MAX_DEFERRED_STEPS
         newer steps ended. final: every step, the last one too, CUDA values waited for."""
+        if self._steps_device is not None and not self._sender_on_device:
+            self._sender_on_device = _use_device(self._steps_device)
         ring, messages = self._ring, []
         while (record := ring.oldest(keep=0 if final else 1)) is not None:
             newer = ring.written - 1 - ring.taken
@@ -429,6 +435,26 @@ class AmpWatch:
         if self.scaler is not None:
             found["amp_skipped_steps"] = self.skipped
         return found
+
+
+def _initialized_device() -> int | None:
+    """The training thread's current CUDA device, once CUDA is initialized (asking earlier would
+    initialize it in a script that may not use the GPU)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch.cuda.current_device() if torch is not None and torch.cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def _use_device(index: int) -> bool:
+    """On the sender thread, before its first CUDA call (an event query, the allocator's figures): a
+    new thread's current device is 0, where a rank of another GPU would get a CUDA context of its own."""
+    try:
+        sys.modules["torch"].cuda.set_device(index)
+    except Exception:
+        log.warning("gpumix agent: the sender thread cannot use CUDA device %s", index, exc_info=True)
+    return True  # once: a failure would fail again
 
 
 def _computed(record: StepRecord) -> bool:
