@@ -95,3 +95,20 @@ def test_below_the_lowest_measured_cap_the_learned_line_wins_where_it_is_slower(
     assert curve.basis().curve == "learned" and curve.basis().text().endswith("; learned power curve")
     assert PowerCurve.learned(350.0, [(350.0, 1.0)]).basis().curve == "prior anchored at one cap"
     assert basis_text(curve.basis().to_json()).endswith("; learned power curve")
+
+
+def test_a_measured_all_reduce_floor_replaces_the_link_prior_and_says_so(demo_hub: Hub, clock: ManualClock) -> None:
+    run_process(demo_hub, clock, pid=100, samples=64, compute_s=0.30, comm_s=0.05, ends=False)
+    floor = (5e9, "measured all-reduce floor: 5.0 GB/s bus through host memory over these GPUs (gpumix probe, 3 h ago)")
+    _, measured = plan_from_snapshot(demo_hub.snapshot(), "train", allreduce_floor=floor)
+    assert measured.comm_basis is not None and measured.comm_basis.prior == floor[1]
+    _, prior = plan_from_snapshot(demo_hub.snapshot(), "train")
+    assert prior.comm_basis is not None and "link prior" in (prior.comm_basis.prior or "")
+    for nonsense in (float("nan"), float("inf"), -1.0, 0.0):  # not a rate: the link prior stands
+        _, fallback = plan_from_snapshot(demo_hub.snapshot(), "train", allreduce_floor=(nonsense, "x"))
+        assert fallback.comm_basis is not None and "link prior" in (fallback.comm_basis.prior or "")
+    # two ranks on the floor: the ring moves 2(R-1)/R x gradient bytes over it
+    from gpumix.plan.planner import PlanRequest, RankMeasure, plan
+    ranks = [RankMeasure(rank=i, samples_per_s=100.0, current_samples=32, link_bytes_per_s=5e9) for i in range(2)]
+    result = plan(ranks, PlanRequest(global_batch=64, gradient_bytes=1e8, link_basis=floor[1]))
+    assert result.proposed.allreduce_s == pytest.approx(1e8 / 5e9) and result.comm_basis.prior == floor[1]

@@ -56,20 +56,35 @@ def add_power_parser(commands: Any) -> None:
                      default=argparse.SUPPRESS, help="default: the rig's budget")
     prof = action("profile", "step one tier's caps down while training runs, measure, restore (opt-in)")
     prof.add_argument("tier", help="the tier: its name as `gpumix power show` prints it, or its model (rtx3090)")
-    prof.add_argument("--steps", type=at_most(positive_int, profile.MAX_STEPS), default=profile.DEFAULT_STEPS,
-                      help=f"cap steps down (default {profile.DEFAULT_STEPS})")
-    prof.add_argument("--step-share", type=at_most(positive_float, profile.MAX_STEP_SHARE),
-                      default=profile.DEFAULT_STEP_SHARE, metavar="SHARE",
-                      help=f"each step, this share of the card's range (default {profile.DEFAULT_STEP_SHARE:g})")
-    prof.add_argument("--hold", type=at_most(positive_float, profile.MAX_HOLD_S), default=profile.DEFAULT_HOLD_S,
-                      metavar="SECONDS", help=f"each step held this long (default {profile.DEFAULT_HOLD_S:g})")
-    prof.add_argument("--restore-wait", type=at_most(positive_float, 3600.0), default=profile.RESTORE_WAIT_S,
-                      metavar="SECONDS", help="a lost hub is waited for this long to put the caps back")
+    add_profile_flags(power)  # before or after the action, as --budget
+    add_profile_flags(prof, nested=True)
+
+
+PROFILE_FLAGS = ("steps", "step_pct", "hold", "restore_wait")
+
+
+def add_profile_flags(parser: argparse.ArgumentParser, nested: bool = False) -> None:
+    """The profile's flags; nested (on the action) they default to SUPPRESS, as add_rig_flags' do."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
+    parser.add_argument("--steps", type=at_most(positive_int, profile.MAX_STEPS), **default,
+                        help=f"with profile: cap steps down (default {profile.DEFAULT_STEPS})")
+    parser.add_argument("--step-pct", type=at_most(positive_float, 100 * profile.MAX_STEP_SHARE), metavar="PERCENT",
+                        **default, help="with profile: each step, this share of the card's range in %%"
+                                        f" (default {100 * profile.DEFAULT_STEP_SHARE:g})")
+    parser.add_argument("--hold", type=at_most(positive_float, profile.MAX_HOLD_S), metavar="SECONDS", **default,
+                        help=f"with profile: each step held this long (default {profile.DEFAULT_HOLD_S:g})")
+    parser.add_argument("--restore-wait", type=at_most(positive_float, 3600.0), metavar="SECONDS", **default,
+                        help="with profile: a lost hub is waited for this long to put the caps back"
+                             f" (default {profile.RESTORE_WAIT_S:g})")
 
 
 def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.budget is not None and args.action != "fit":
         parser.error(f"argument --budget: only `gpumix power fit` takes a budget, not `{args.action}`")
+    for name in PROFILE_FLAGS:
+        if getattr(args, name, None) is not None and args.action != "profile":
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"argument {flag}: only `gpumix power profile` takes it, not `{args.action}`")
 
 
 # Where power and doctor read and act: the running hub (a HubClient), or one in this process.
@@ -160,9 +175,14 @@ def run_profile(args: argparse.Namespace, source: PowerSource) -> int:
     def say(line: str) -> None:
         print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
-    profiler = profile.Profiler(source, restore_wait_s=args.restore_wait, say=say)
+    def given(name: str, default: float) -> Any:
+        value = getattr(args, name, None)
+        return default if value is None else value
+
+    profiler = profile.Profiler(source, restore_wait_s=given("restore_wait", profile.RESTORE_WAIT_S), say=say)
     try:
-        run = profiler.prepare(args.tier, args.steps, args.step_share, args.hold)
+        run = profiler.prepare(args.tier, given("steps", profile.DEFAULT_STEPS),
+                               given("step_pct", 100 * profile.DEFAULT_STEP_SHARE) / 100, given("hold", profile.DEFAULT_HOLD_S))
     except profile.ProfileError as error:
         fail(PROG, str(error), code=1)
     if args.dry_run:

@@ -142,6 +142,7 @@ class CommModel:
     measured_s: float | None = None
     measured_links: tuple[float, ...] = ()  # the links of the ranks running when it was measured
     measured_compute_s: float | None = None  # the slowest rank's compute at that split
+    link_basis: str | None = None  # what the links stand on when not the link prior (a measured floor)
 
     def seconds(self, links: Sequence[float], slowest_compute_s: float | None = None) -> float:
         modelled = allreduce_seconds_prior(links, self.gradient_bytes)
@@ -161,12 +162,13 @@ class CommModel:
         return max(floor_s, allreduce_s * scale - BACKWARD_SHARE_PRIOR * slowest_compute_s)
 
     def basis(self, links: Sequence[float] | None = None) -> Basis:
+        link = self.link_basis or LINK_PRIOR
         if self.measured_s is None:
-            return Basis(prior=LINK_PRIOR)
+            return Basis(prior=link)
         same = links is None or sorted(links) == sorted(self.measured_links)
-        prior = OVERLAP_PRIOR if same else f"{OVERLAP_PRIOR}; scaled to these ranks by the {LINK_PRIOR}"
+        prior = OVERLAP_PRIOR if same else f"{OVERLAP_PRIOR}; scaled to these ranks by the {link}"
         return Basis.measured([0.0], prior if self.measured_compute_s is not None else
-                              (None if same else "scaled to these ranks by the " + LINK_PRIOR))
+                              (None if same else "scaled to these ranks by the " + link))
 
 
 # -- power -----------------------------------------------------------------------------------

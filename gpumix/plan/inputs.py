@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from gpumix.model.priors import LINK_EFFICIENCY_PRIOR
@@ -122,12 +123,19 @@ def measured_comm_s(snapshot: Snapshot, job: str) -> float | None:
 
 def plan_from_snapshot(snapshot: Snapshot, job: str | None = None, global_batch: int | None = None,
                        gradient_bytes: float | None = None, granularity: int | None = None,
-                       exclude: frozenset[int] = frozenset()) -> tuple[str, Plan]:
+                       exclude: frozenset[int] = frozenset(),
+                       allreduce_floor: tuple[float, str] | None = None) -> tuple[str, Plan]:
     """(job, plan) for the running job; the global batch stays what it is unless given. The
     granularity: as given, else what `gpumix run --granularity` said for the job, else 1. Excluded
-    ranks get no samples: applied, the job restarts without them."""
+    ranks get no samples: applied, the job restarts without them. `allreduce_floor`: (bus bytes/s,
+    what it is) of an all-reduce measured over the job's GPUs (`gpumix probe`), in place of the link
+    prior: the ring's 2(R-1)/R x gradient bytes over it (pessimistic for a subset of the GPUs)."""
     job = pick_job(snapshot, job)
     found = measures(snapshot, job)
+    link_basis = None
+    if allreduce_floor is not None and _plausible(allreduce_floor[0], 1.0, 1e13):
+        found = [replace(m, link_bytes_per_s=float(allreduce_floor[0])) for m in found]
+        link_basis = allreduce_floor[1][:200]
     batch = sum(m.current_samples for m in found) if global_batch is None else global_batch
     reported = [r["gradient_bytes"] for r in snapshot["ranks"] if r.get("job") == job and r.get("connected")
                 and r.get("gradient_bytes")]
@@ -139,5 +147,5 @@ def plan_from_snapshot(snapshot: Snapshot, job: str | None = None, global_batch:
         if not _plausible(granularity, 1, MAX_GLOBAL_BATCH):
             raise PlanInputError(f"job {job!r}: the hub says granularity {granularity!r}: not 1 to {MAX_GLOBAL_BATCH}")
     request = PlanRequest(global_batch=batch, gradient_bytes=grad, granularity=int(granularity),
-                          measured_comm_s=measured_comm_s(snapshot, job), exclude=exclude)
+                          measured_comm_s=measured_comm_s(snapshot, job), exclude=exclude, link_basis=link_basis)
     return job, plan(found, request)

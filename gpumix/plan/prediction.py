@@ -14,7 +14,7 @@ def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommMod
     running = [m for m in measures if m.current_samples > 0]
     slowest = max((m.compute_curve().time_s(m.current_samples) for m in running), default=None)
     return CommModel(request.gradient_bytes, request.measured_comm_s, tuple(m.link_bytes_per_s for m in running),
-                     slowest if request.measured_comm_s is not None else None)
+                     slowest if request.measured_comm_s is not None else None, request.link_basis)
 
 
 def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:

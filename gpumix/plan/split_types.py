@@ -93,6 +93,7 @@ class PlanRequest:
     granularity: int = 1  # n_r a multiple of this (one rank takes B's remainder): GPUs compute whole tiles
     # the step's time beyond the slowest rank's compute, measured at the current split; None: the link model
     measured_comm_s: float | None = None
+    link_basis: str | None = None  # the ranks' link rates are a measured all-reduce floor: which (None: the link prior)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def profile_steps(gpus: list[dict[str, Any]], steps: int, share: float) -> list[
     if not 1 <= steps <= MAX_STEPS:
         raise ProfileError(f"--steps {steps}: must be 1 to {MAX_STEPS}")
     if not (math.isfinite(share) and 0 < share <= MAX_STEP_SHARE):
-        raise ProfileError(f"--step-share {share:g}: must be above 0 and at most {MAX_STEP_SHARE:g} of the range")
+        raise ProfileError(f"--step-pct {100 * share:g}: must be above 0 and at most {100 * MAX_STEP_SHARE:g} % of the range")
     plan: list[dict[int, float]] = []
     for k in range(1, steps + 1):
         caps = {g["index"]: max(g["power_limit_min_w"], math.floor(g["power_cap_w"] - k * share
