@@ -14,6 +14,8 @@ from gpumix.advice.advisor import AdvisorSettings, findings
 from gpumix.hub.cap_samples import CapSamples
 from gpumix.hub.efficiency import add_efficiency
 from gpumix.hub.history import GpuHistory
+from gpumix.hub.plan_in_force import PlansInForce
+from gpumix.hub.rank_claims import live_holder, same_process
 from gpumix.hub.ranks import (
     RankStream,
     bound_detail,
@@ -47,12 +49,6 @@ SUPERVISOR_TIMEOUT_S = 5.0  # a supervisor polls every half second
 
 class RankRefused(ProtocolError):
     """A hello the hub will not take (a limit, or a rank that is live): str() is the reason."""
-
-
-def _same_process(stream: RankStream, info: dict[str, Any]) -> bool:
-    """The hello comes from the process that already holds this rank (its agent reconnected)."""
-    return (stream.pid is not None and stream.pid == info["pid"] and stream.hostname == info["hostname"]
-            and stream.peer_uid == info.get("peer_uid"))
 
 
 def _job_name(job: str | None, run_id: str | None) -> str:
@@ -103,6 +99,7 @@ class Hub:
         self._jobs: dict[str, dict[str, Any]] = {}  # job -> the supervisor's last status
         self._pending_plans: dict[str, dict[str, Any]] = {}  # job -> a plan waiting for its supervisor
         self._control_lock = threading.Lock()  # one control at a time
+        self.plans_in_force = PlansInForce()  # the snapshot's plan
         # each step filed under its GPU's cap at the last tick: the power fit's learned curves
         self.cap_samples = CapSamples()
         self._caps_w: dict[str, float | None] = {}  # uuid -> cap at the last tick
@@ -180,6 +177,7 @@ class Hub:
         snapshot["gpus"] = gpus
         snapshot["tiers"] = tier_table(snapshot)
         snapshot["jobs"] = self._supervised_jobs(now_s)
+        snapshot["plan"] = self.plans_in_force.view(snapshot, self._wall_clock())
         host = snapshot.get("host") or {}
         settings = AdvisorSettings(power_budget_w=self.hardware.power_budget_w, has_infiniband=bool(host.get("infiniband")))
         snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings)]
@@ -240,6 +238,7 @@ class Hub:
                 return jobs.full(job)
             waiting.append(run_plan.to_json())
             position = len(waiting)
+            self.plans_in_force.requested(job, plan)  # its predicted speedup, shown once it is in force
             self._ranks_changed = True
         return jobs.queued(job, position, status)
 
@@ -282,9 +281,12 @@ class Hub:
         with self._lock:
             now_s = self._clock()
             old = self._ranks.get(key)
-            same_process = old is not None and _same_process(old, info)
-            if old is not None and old.connected and not same_process:
-                raise RankRefused(f"rank {rank} of {_job_name(job, run_id)} is already connected (pid {old.pid});"
+            reconnected = old is not None and same_process(old, info)
+            # a named job's rank under every run id: a hello under another one is no second rank 0
+            holders = [self._ranks[k] for k in {key, *self._by_job_rank.get((job, rank), ())} if k in self._ranks]
+            holder = live_holder(holders, info)
+            if holder is not None:
+                raise RankRefused(f"rank {rank} of {_job_name(job, run_id)} is already connected (pid {holder.pid});"
                                   " a second agent for a live rank is refused")
             predecessor = old if old is not None else self._predecessor(job, rank)
             if predecessor is not None and old is None:  # replaced by its successor below
@@ -297,7 +299,7 @@ class Hub:
                 env=info["env"], versions=info["versions"], run_id=run_id, peer_uid=info.get("peer_uid"),
                 last_seen_s=now_s,
             )
-            if old is not None and same_process:  # its agent reconnected: keep what it sent
+            if old is not None and reconnected:  # its agent reconnected: keep what it sent
                 stream.steps, stream.points, stream.transport = old.steps, old.points, old.transport
                 stream.connections, stream.rejected_values = set(old.connections), old.rejected_values
             elif predecessor is not None:  # a new process for this rank: a restart, maybe under a new split
