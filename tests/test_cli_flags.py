@@ -24,6 +24,7 @@ RIG = str(Path(__file__).parents[1] / "gpumix" / "rigs" / "mixed10.toml")
 REQUIRED = {
     ("power", "set"): ["0", "100"],
     ("power", "reset"): ["0"],
+    ("power", "profile"): ["rtx3090"],
     ("export",): ["rec.db", "--csv", "out"],
 }
 SKIP_DESTS = {"help", "version"}
