@@ -148,7 +148,7 @@ class ReplaySource:
         state = "paused" if self.paused else ("end" if position >= self.end_s else "playing")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(position))
         return (f"REPLAY {stamp} {_clock_text(position - self.start_s)}/{_clock_text(self.end_s - self.start_s)}"
-                f" {state} {self.speed:g}× · keys P [ ] {{ }} + -")
+                f" {state} {self.speed:g}×")  # the banner's second line says what the keys do
 
     # -- what the app reads ------------------------------------------------------------------
 
