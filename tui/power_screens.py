@@ -4,6 +4,7 @@ is confirmed first; a cancel changes nothing."""
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 from rich.text import Text
@@ -23,6 +24,9 @@ DIALOG_CSS = """
 {name} Button {{ margin: 0 1 0 0; }}
 {name} .error {{ color: $error; }}
 """
+
+
+TEXT_WIDTH = 70  # a dialog's text: 76 columns less its border, padding and a scrollbar
 
 
 class ConfirmScreen(Dialog[bool]):
@@ -138,10 +142,13 @@ class FitScreen(Dialog[bool]):
     def compose(self) -> ComposeResult:
         fit = self.proposal["fit"]
         lines = [fmt.plain(self.proposal["message"]), ""]
-        for gpu in fit["gpus"]:
-            lines.append(f" GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier']):<13} {fmt.watts(gpu['old_w']):>4}"
-                         f" → {fmt.watts(gpu['new_w']):>4} W  {fmt.plain(gpu['reason'])}")
-        lines += ["", "throughput at a cap stands on:", *basis_lines(fit["gpus"])]
+        for gpu in fit["gpus"]:  # a long reason goes on indented, not wrapped to the left edge
+            line = (f" GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier']):<13} {fmt.watts(gpu['old_w']):>4}"
+                    f" → {fmt.watts(gpu['new_w']):>4} W  {fmt.plain(gpu['reason'])}")
+            lines += textwrap.wrap(line, TEXT_WIDTH, subsequent_indent=" " * 3, drop_whitespace=False) or [line]
+        lines += ["", "throughput at a cap stands on:"]
+        for line in basis_lines(fit["gpus"]):
+            lines += textwrap.wrap(line, TEXT_WIDTH, subsequent_indent=" " * 3)
         with Vertical():
             with VerticalScroll():
                 yield Static(Text("\n".join(lines)), id="fit-text")
