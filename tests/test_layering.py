@@ -25,7 +25,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "agent": {"wire"},
     "probe": {"hw"},  # gpumix probe: measured link truth (torch imported lazily)
     # the simulated world and its demo job: never imported by the core
-    "sim": {"hw"},
+    "sim": {"hw", "wire"},  # wire: the bounded file reader
     "demo": {"agent", "hub", "run", "sim", "wire"},
     # the wiring: commands that put the parts together
     "cli": {"advice", "demo", "gpumix", "hub", "hw", "model", "plan", "power", "probe", "record", "run", "sim",

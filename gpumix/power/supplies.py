@@ -41,6 +41,7 @@ from typing import Any
 import tomllib
 
 from gpumix.power.budget import BudgetError, BudgetFit, CapProposal, GpuPower, fit_to_budget
+from gpumix.wire.bounded_file import BoundedFileError, read_bounded_text
 
 MAX_LAYOUT_BYTES = 64 * 1024
 MAX_SUPPLIES = 32
@@ -225,16 +226,9 @@ def load_layout(path: str | Path, gpu_count: int | None = None) -> PowerLayout:
     """A power config file (or a rig file: its `[power]` table). One line on any error."""
     path = Path(path)
     try:
-        with path.open("rb") as file:
-            data = file.read(MAX_LAYOUT_BYTES + 1)
-    except OSError as error:
-        raise LayoutError(f"{path}: cannot read: {error.strerror or error}") from None
-    if len(data) > MAX_LAYOUT_BYTES:
-        raise LayoutError(f"{path}: larger than {MAX_LAYOUT_BYTES // 1024} KiB: not a power config")
-    try:
-        table = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise LayoutError(f"{path}: not UTF-8 text") from None
+        table = tomllib.loads(read_bounded_text(path, MAX_LAYOUT_BYTES, "power config"))
+    except BoundedFileError as error:
+        raise LayoutError(str(error)) from None
     except tomllib.TOMLDecodeError as error:
         raise LayoutError(f"{path}: not TOML: {error}") from None
     if "power" not in table:

@@ -22,6 +22,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from gpumix.wire.bounded_file import BoundedFileError, read_bounded_text
+
 
 class RigError(ValueError):
     """A bad rig file: str(error) is the one line the user sees."""
@@ -354,17 +356,9 @@ def _sim_uuid(seed: int, number: int) -> str:
 def load_rig(path: str | Path) -> Rig:
     path = Path(path)
     try:
-        with path.open("rb") as file:
-            data = file.read(MAX_RIG_BYTES + 1)
-    except OSError as error:
-        raise RigError(f"{path}: cannot read rig file: {error.strerror or error}") from None
-    if len(data) > MAX_RIG_BYTES:
-        raise RigError(f"{path}: not a rig file: larger than {MAX_RIG_BYTES // 1024} KiB")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[:error.start].count(b"\n") + 1
-        raise RigError(f"{path}:{line}: not UTF-8 text (byte {error.start})") from None
+        text = read_bounded_text(path, MAX_RIG_BYTES, "rig file")
+    except BoundedFileError as error:
+        raise RigError(str(error)) from None
     return parse_rig(text, str(path))
 
 
