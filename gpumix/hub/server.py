@@ -14,7 +14,8 @@ for, needs the token in every hello and signed controls from clients
 the descriptors local clients need: at most MAX_UNAUTHENTICATED_TCP
 connections may wait for their hello, and all TCP connections together stay
 LOCAL_FD_RESERVE below the process's descriptor limit; further ones are closed
-at once.
+at once. Accepted TCP connections carry keepalive probes (gpumix.hub.keepalive),
+so a peer whose machine vanished is closed in about a minute, not at the idle timeout.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from gpumix.hub.connections import (  # noqa: F401  (re-exported: tests and call
     welcome,
 )
 from gpumix.hub.core import Hub, RankKey
+from gpumix.hub.keepalive import enable_keepalive
 from gpumix.hub.ranks import parse_hello, parse_step, parse_transport
 from gpumix.hub.requests import answer
 from gpumix.wire import auth, protocol
@@ -226,6 +228,7 @@ class HubServer:
                 conn.close()
                 self._closed(f"{auth.tcp_peer_label(address)}: {busy}")
                 continue
+            enable_keepalive(conn)  # a vanished peer's connection (and rank) goes in about a minute
             self.tcp_open += 1
             self.tcp_waiting += 1
             loop.create_task(self._serve_tcp(conn, address))
