@@ -27,7 +27,8 @@ BACKOFF_MAX_S = 5.0
 PERIOD_S = 0.1  # how often the ready steps are collected and sent: ten wake-ups a second, not one a step
 BATCH_MESSAGES = 64  # messages per write
 
-# collect(final) -> the messages of the steps ready now; final: every step, the last one included
+# collect(final) -> the messages of the steps ready now; final: every step, the last one included.
+# pending() -> the steps not collected yet (the newest among them).
 Collect = Callable[[bool], list[dict[str, Any]]]
 
 
@@ -104,7 +105,8 @@ class Sender:
             closing = self._closing.is_set()
             if closing and time.monotonic() >= self._deadline:
                 break
-            if not self._queue and not self._steps_pending():
+            # the newest step waits for the next one (annotate_last): alone, it is no reason to connect
+            if not self._queue and self._steps_pending() <= (0 if closing else 1):
                 if closing:
                     break
                 self._wait(self.period_s)

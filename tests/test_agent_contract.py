@@ -130,3 +130,25 @@ def test_a_rank_row_shows_each_last_step_field_as_the_agent_sent_it(demo_hub) ->
     (row,) = [r for r in demo_hub.snapshot()["ranks"] if r["job"] == "rows"]
     assert "loss" in RANK_LAST_STEP_FIELDS and "step_time_s" not in RANK_LAST_STEP_FIELDS
     assert {name: row[name] for name in RANK_LAST_STEP_FIELDS} == {name: message[name] for name in RANK_LAST_STEP_FIELDS}
+
+
+def test_an_idle_agent_stays_closed_until_its_next_steps(hub_socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hub closes an agent silent past its idle timeout; the newest step, which waits for the next
+    one, is no reason to reconnect: only the next steps are."""
+    from gpumix.agent import sender
+
+    hub, socket_path = hub_socket
+    monkeypatch.setattr(sender, "_closed_by_hub", lambda sock: True)  # as if the hub closed it at each look
+    agent = Agent(socket_path, job="idle")
+    try:
+        for _ in range(3):
+            with agent.step(samples=8):
+                pass
+        assert wait_until(lambda: agent.sender.sent == 2, 30), agent.sender.sent
+        connects = agent.sender.connects
+        assert not wait_until(lambda: agent.sender.connects > connects, 1.0)  # idle: no reconnection
+        with agent.step(samples=8):
+            pass
+        assert wait_until(lambda: agent.sender.connects == connects + 1 and agent.sender.sent == 3, 30)
+    finally:
+        agent.close(2.0)
