@@ -16,18 +16,18 @@ record, so a number added to the contract is taken from the record and sent with
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from gpumix.agent import launcher_env
+from gpumix.agent.amp import AmpWatch
 from gpumix.agent.lazy import LazyScalar, PinnedPool
+from gpumix.agent.process_figures import ProcessFigures
 from gpumix.agent.restart import RestartControl
 from gpumix.agent.sender import Sender
 from gpumix.agent.step_ring import StepRing
@@ -36,7 +36,6 @@ from gpumix.wire.plan_file import PLAN_ENV, RunPlan, load_plan
 from gpumix.wire.snapshot_types import STEP_NUMBER_RANGES
 
 log = logging.getLogger("gpumix.agent")
-RESOURCE_PERIOD_S = 1.0  # process CPU and RSS are read at most this often
 # Who fills each field of the step message (StepMessage, gpumix/wire/snapshot_types.py):
 STEP_HEAD = ("type", "step", "step_time_s")  # the agent, from its clock
 MEASURED = ("t", "data_wait_s", "dropped", "cpu_pct", "rss_bytes",  # the agent, from its clock and counters,
@@ -135,11 +134,7 @@ class Agent:
         self._cuda = self._uses_cuda()
         self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
-        self._resources: dict[str, float | None] = {"cpu_pct": None, "rss_bytes": None}
-        self._resources_at = 0.0
-        self._memory: dict[str, float] = {}
-        self._memory_at = 0.0
-        self._process: Any = None
+        self._figures = ProcessFigures(self._cuda, self.cuda_device)  # allocator and process, once a second
         self._warned = False
         self.restart = RestartControl(self.rank)
         self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does
@@ -368,73 +363,13 @@ class Agent:
         loss_scale = message.pop("loss_scale", None)
         if self._amp is not None:  # the scale goes with the amp fields, after its finiteness check
             message.update(self._amp.fields(loss_scale))
-        message.update(self._gpu_memory())
-        message.update(self._process_resources())
+        message.update(self._figures.gpu_memory())
+        message.update(self._figures.process())
         return {key: value for key, value in message.items() if value is not None}
-
-    def _gpu_memory(self) -> dict[str, float]:
-        """Allocator counters, read at most once a second: each torch.cuda.memory_* call
-        builds the allocator's whole statistics dict (tens of us), too much for every step."""
-        if not self._cuda:
-            return {}
-        now = time.monotonic()
-        if now - self._memory_at >= RESOURCE_PERIOD_S:
-            self._memory_at = now
-            stats = sys.modules["torch"].cuda.memory_stats(self.cuda_device)  # no sync
-            self._memory = {
-                "mem_allocated_bytes": stats.get("allocated_bytes.all.current"),
-                "mem_reserved_bytes": stats.get("reserved_bytes.all.current"),
-                "mem_peak_bytes": stats.get("allocated_bytes.all.peak"),
-            }
-        return self._memory
-
-    def _process_resources(self) -> dict[str, float | None]:
-        now = time.monotonic()
-        if now - self._resources_at >= RESOURCE_PERIOD_S:
-            self._resources_at = now
-            try:
-                if self._process is None:
-                    import psutil
-
-                    self._process = psutil.Process()
-                    self._process.cpu_percent()
-                self._resources = {"cpu_pct": self._process.cpu_percent(), "rss_bytes": self._process.memory_info().rss}
-            except Exception:
-                self._resources = {"cpu_pct": None, "rss_bytes": None}
-        return self._resources
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Collect every step (the last one too) and send what is queued, then stop the sender."""
         self.sender.close(timeout_s)
-
-
-class AmpWatch:
-    """Mixed precision as the hub sees it: autocast on or off and its dtype, the scale, skipped steps."""
-
-    def __init__(self, scaler: Any, dtype: str) -> None:
-        self.scaler = scaler
-        self.dtype = dtype
-        self.skipped = 0
-        self._last_scale: float | None = None
-
-    def scale_tensor(self) -> Any:
-        """The scaler's scale tensor as it is (torch keeps it on the GPU: reading it now would sync).
-        GradScaler has no public sync-free accessor; `_scale` is None before its first scale()."""
-        if self.scaler is None or not getattr(self.scaler, "is_enabled", lambda: True)():
-            return None
-        return getattr(self.scaler, "_scale", None)
-
-    def fields(self, scale: float | None) -> dict[str, Any]:
-        """Called in step order: a drop of the scale is a skipped step (GradScaler backs off only then)."""
-        found: dict[str, Any] = {"amp_autocast": 0 if self.dtype == "float32" else 1, "amp_dtype": self.dtype}
-        if scale is not None and math.isfinite(scale) and scale > 0:
-            if self._last_scale is not None and scale < self._last_scale:
-                self.skipped += 1
-            self._last_scale = scale
-            found["loss_scale"] = scale
-        if self.scaler is not None:
-            found["amp_skipped_steps"] = self.skipped
-        return found
 
 
 def _initialized_device() -> int | None:
@@ -474,6 +409,3 @@ def _load_plan() -> RunPlan | None:
         log.warning("gpumix agent: cannot read the plan %s; running without one", path, exc_info=True)
         return None
 
-
-_agent: Agent | None = None
-_agent_lock = threading.Lock()
