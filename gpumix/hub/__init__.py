@@ -4,6 +4,6 @@ findings, controls) and serves it over a socket; the client reads it from elsewh
 May import gpumix.hw, gpumix.power, gpumix.advice and gpumix.wire; never the simulator, the demo, the
 commands or the TUI."""
 
-from gpumix.hub.core import Hub
+from gpumix.hub.core import Hub, RankRefused
 
-__all__ = ["Hub"]
+__all__ = ["Hub", "RankRefused"]

@@ -1,0 +1,110 @@
+"""What an agent's messages do to the hub's ranks: a hello claims a rank (or is refused), steps and
+transport reports feed it, a closed connection leaves it gone.
+
+A hello for a rank a live process holds is refused (gpumix.hub.rank_claims); the holder's own agent
+reconnecting keeps what it sent; a relaunched rank of a named job succeeds its gone predecessor and
+inherits its operating points. Each step is also filed under its GPU's cap (gpumix.hub.cap_samples).
+
+Not thread-safe: the hub calls it under its lock. What it may import: the hub's ranks, rank table,
+rank claims and cap samples; gpumix.hw.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gpumix.hub.cap_samples import CapSamples
+from gpumix.hub.rank_claims import live_holder, same_process
+from gpumix.hub.rank_table import RankKey, RankLimits, RankRefused, RankTable, StreamKey, job_name
+from gpumix.hub.ranks import RankStream, carry_points
+from gpumix.hw.types import GpuInfo
+
+log = logging.getLogger(__name__)
+
+
+class AgentIntake:
+    def __init__(self, infos: list[GpuInfo], cap_samples: CapSamples) -> None:
+        self.table = RankTable()
+        self._infos = infos  # the machine's GPUs: an agent that names only its NVML index gets its uuid
+        self._cap_samples = cap_samples
+        self._connection_serial = 0  # numbers agents' connections: a closed one's late messages are ignored
+
+    def hello(self, info: dict[str, Any], now_s: float, limits: RankLimits) -> RankKey:
+        """A training rank's agent connected. Raises RankRefused (with the reason) for a rank that
+        another process holds live, or when the limits are reached and no gone rank can make room."""
+        job, run_id, rank = info["job"], info.get("run_id"), info["rank"]
+        key: StreamKey = (job, run_id, rank)
+        uuid = info["gpu_uuid"]
+        if uuid is None and info["nvml_index"] is not None and 0 <= info["nvml_index"] < len(self._infos):
+            uuid = self._infos[info["nvml_index"]].uuid
+        old = self.table.streams.get(key)
+        reconnected = old is not None and same_process(old, info)
+        holder = live_holder(self.table.holders(key), info)
+        if holder is not None:
+            raise RankRefused(f"rank {rank} of {job_name(job, run_id)} is already connected (pid {holder.pid});"
+                              " a second agent for a live rank is refused")
+        predecessor = old if old is not None else self.table.predecessor(job, rank)
+        if predecessor is not None and old is None:  # replaced by its successor below
+            self.table.drop((predecessor.job, predecessor.run_id, predecessor.rank))
+        if old is None and predecessor is None:
+            self.table.make_room(job, run_id, limits)
+        stream = RankStream(
+            rank=rank, world_size=info["world_size"], local_rank=info["local_rank"], pid=info["pid"],
+            hostname=info["hostname"], gpu_uuid=uuid, nvml_index=info["nvml_index"], job=job,
+            env=info["env"], versions=info["versions"], run_id=run_id, peer_uid=info.get("peer_uid"),
+            last_seen_s=now_s,
+        )
+        if old is not None and reconnected:  # its agent reconnected: keep what it sent
+            stream.steps, stream.points, stream.transport = old.steps, old.points, old.transport
+            stream.connections, stream.rejected_values = set(old.connections), old.rejected_values
+        elif predecessor is not None:  # a new process for this rank: a restart, maybe under a new split
+            carry_points(predecessor, stream, now_s)
+        self._connection_serial += 1
+        stream.connections.add(self._connection_serial)
+        self.table.put(key, stream)
+        return (*key, self._connection_serial)
+
+    def step(self, key: RankKey, step: dict[str, Any], now_s: float, caps_w: dict[str, float | None]) -> bool:
+        """One step of the rank this connection feeds; `caps_w` the GPUs' caps at the last tick. False
+        when the connection is closed or replaced (the step is ignored)."""
+        rejected = step.pop("rejected", ())
+        stream = self.table.for_connection(key)
+        if stream is None:
+            return False
+        stream.last_seen_s = now_s
+        if rejected:
+            if not stream.rejected_values:  # one line per rank, not one per bad step
+                log.warning("hub: rank %d of %s sent %s out of range: dropped (counted in rejected_values)",
+                            stream.rank, job_name(stream.job, stream.run_id), ", ".join(rejected))
+            stream.rejected_values += len(rejected)
+        if step["step_time_s"] is None:
+            return True  # a step time out of range: the step tells nothing
+        stream.steps.append(step)
+        compute_s = step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0)
+        self._cap_samples.add(stream.gpu_uuid, caps_w.get(stream.gpu_uuid or ""), step.get("samples"),
+                              compute_s, step["step_time_s"], stream.last_seen_s)
+        return True
+
+    def transport(self, key: RankKey, channels: list[dict[str, Any]]) -> bool:
+        stream = self.table.for_connection(key)
+        if stream is None:
+            return False
+        stream.transport = channels
+        return True
+
+    def gone(self, key: RankKey, now_s: float, max_gone: int) -> bool:
+        """A connection closed; its rank shows gone once its process has no connection left. False when
+        the connection was already closed or replaced."""
+        stream = self.table.for_connection(key)
+        if stream is None:
+            return False
+        stream.connections.discard(key[3])
+        if not stream.connections:
+            stream.connected = False
+            stream.gone_since_s = now_s
+            if not stream.steps and not stream.points:  # it said hello and nothing else: nothing to show
+                self.table.drop(key[:3])  # type: ignore[arg-type]
+            else:
+                self.table.bound_gone(max_gone)
+        return True
