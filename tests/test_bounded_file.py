@@ -44,7 +44,7 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     error = read_in_thread(read_bounded_text, fifo, 1024, "rig file")
     assert isinstance(error, BoundedFileError)
-    assert str(error) == f"{fifo}: cannot be a rig file: a FIFO"
+    assert str(error) == f"{fifo}: not a regular file (a FIFO): cannot be a rig file"
     assert isinstance(read_in_thread(load_rig, fifo), RigError)
     assert isinstance(read_in_thread(load_layout, fifo), LayoutError)
 
@@ -54,13 +54,13 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
     folder.mkdir()
     with pytest.raises(BoundedFileError) as error:
         read_bounded_text(folder, 1024, "rig file")
-    assert one_line(error, folder) == f"{folder}: cannot be a rig file: a directory"
+    assert one_line(error, folder) == f"{folder}: not a regular file (a directory): cannot be a rig file"
     with pytest.raises(RigError) as rig_error:
         load_rig(folder)
-    assert one_line(rig_error, folder).endswith("a directory")
+    assert one_line(rig_error, folder).endswith("(a directory): cannot be a rig file")
     with pytest.raises(LayoutError) as layout_error:
         load_layout(folder)
-    assert one_line(layout_error, folder) == f"{folder}: cannot be a power config: a directory"
+    assert one_line(layout_error, folder) == f"{folder}: not a regular file (a directory): cannot be a power config"
 
 
 def test_an_oversized_file_is_refused_and_one_at_the_limit_is_read(tmp_path: Path) -> None:

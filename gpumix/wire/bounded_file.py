@@ -30,8 +30,8 @@ def read_bounded_text(path: str | Path, max_bytes: int, what: str = "text file")
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-        raise BoundedFileError(f"{path}: cannot be a {what}: {kind}")
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise BoundedFileError(f"{path}: not a regular file ({kind}): cannot be a {what}")
     with os.fdopen(fd, "rb") as file:
         try:
             data = file.read(max_bytes + 1)
