@@ -99,3 +99,24 @@ def test_a_connection_before_its_hello_carries_keepalive_too(tcp_hub: tuple[Hub,
             assert served.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == KEEPALIVE_IDLE_S
     finally:
         client.close()
+
+
+def test_a_peer_dropped_by_keepalive_is_named_as_such_not_as_silent() -> None:
+    """The kernel's keepalive ends a read with ETIMEDOUT, a TimeoutError like our own deadline's:
+    the log must say the peer stopped answering, not that it was silent for the idle timeout."""
+    import asyncio
+    import errno
+
+    from gpumix.hub.connections import Silent, read_within
+
+    async def read(error: BaseException) -> str:
+        reader = asyncio.StreamReader()
+        reader.set_exception(error)
+        try:
+            await read_within(reader, {"step"}, 5.0, "silent for 1800 s")
+        except Silent as silent:
+            return str(silent)
+        raise AssertionError("no Silent raised")
+
+    assert "keepalive" in asyncio.run(read(TimeoutError(errno.ETIMEDOUT, "Connection timed out")))
+    assert asyncio.run(read(asyncio.TimeoutError())) == "silent for 1800 s"

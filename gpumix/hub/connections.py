@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import resource
@@ -50,7 +51,9 @@ async def read_within(reader: asyncio.StreamReader, allowed: set[str], timeout_s
             async with asyncio.timeout(timeout_s):
                 return await read_message(reader, allowed)
         return await asyncio.wait_for(read_message(reader, allowed), timeout_s)
-    except asyncio.TimeoutError:
+    except (asyncio.TimeoutError, TimeoutError) as error:
+        if getattr(error, "errno", None) == errno.ETIMEDOUT:  # the kernel's keepalive gave up, not our timer
+            raise Silent("the peer stopped answering (TCP keepalive)") from None
         raise Silent(why) from None
 
 

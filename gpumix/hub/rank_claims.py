@@ -6,7 +6,8 @@ again (its agent reconnected: the same pid on the same host, and over a Unix soc
 A restarted rank's new process takes the rank once the old one's connection has closed (a process
 that exits, even killed, has its connection closed by the kernel). The pid a hello gives is the
 agent's word, so whether that pid still runs is not asked: a fake pid would free a live rank.
-A TCP rank whose machine vanished holds its rank until the hub's idle timeout closes it.
+A TCP rank whose machine vanished holds its rank until TCP keepalive closes it (about a minute,
+gpumix.hub.keepalive).
 
 What it may import: the standard library and gpumix.hub.ranks.
 """
