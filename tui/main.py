@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumix import __version__
 from gpumix.cli.common import (
@@ -23,15 +23,15 @@ from gpumix.cli.common import (
     fail,
     positive_float,
 )
-from gpumix.cli.hardware import RigError, open_hardware
-from gpumix.cli.node import Node, demo_socket_path, start_node
 from gpumix.cli.recording import add_record_flags, resolve_record_flags, start_recording
 from gpumix.hub.client import HubClient
-from gpumix.hub.server import HubAlreadyRunning, hub_answers
-from gpumix.hw.types import NoDriverError
+from gpumix.hub.connections import HubAlreadyRunning, hub_answers
 from gpumix.tui.remote import add_hub_flags, failure_reason, open_source, print_snapshot
 from gpumix.wire import auth
 from gpumix.wire.paths import default_hub_address
+
+if TYPE_CHECKING:
+    from gpumix.cli.node import Node
 
 PROG = "gpumix-top"
 DEFAULT_HISTORY_MINUTES = 10.0
@@ -180,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: using the running hub at {default_hub_address()}", file=sys.stderr, flush=True)
             return print_snapshot(client.snapshot(), args.json, text_summary, reason=failure_reason(client))
         return run_app(client, args)
+    # the hub, NVML and the simulator load only here: a one-shot that attaches never needs them (issue 13)
+    from gpumix.cli.hardware import RigError, open_hardware
+    from gpumix.cli.node import demo_socket_path, start_node
+    from gpumix.hw.types import NoDriverError
+
     try:
         hardware = open_hardware(demo=args.demo, sim_file=args.sim)
     except NoDriverError as error:

@@ -40,6 +40,23 @@ async def read_message(reader: asyncio.StreamReader, allowed: set[str]) -> dict[
     return protocol.decode(await reader.readexactly(length), allowed)
 
 
+class HubAlreadyRunning(RuntimeError):
+    """Another hub answers on this socket: attach to it instead."""
+
+
+def hub_answers(path: str, timeout_s: float = 0.5) -> bool:
+    """A hub listens on this Unix socket (here, not in the server: a one-shot asks without loading the hub)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout_s)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 class Silent(ProtocolError):
     """A connection sent nothing within its deadline or idle timeout."""
 

@@ -42,11 +42,13 @@ from gpumix.hub.connections import (  # noqa: F401  (re-exported: tests and call
     LOG_LINES_PER_INTERVAL,
     MAX_ERROR_TEXT,
     MAX_UNAUTHENTICATED_TCP,
+    HubAlreadyRunning,
     Peer,
     RateLimitedLog,
     Silent,
     TcpListener,
     check_reachable,
+    hub_answers,
     one_line,
     open_tcp_listener,
     raise_fd_limit,
@@ -65,22 +67,6 @@ from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 
-
-
-class HubAlreadyRunning(RuntimeError):
-    """Another hub answers on this socket: attach to it instead."""
-
-
-def hub_answers(path: str, timeout_s: float = 0.5) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(timeout_s)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 class HubServer:
