@@ -223,7 +223,8 @@ def test_export_csv_and_parquet(demo_hardware, clock: ManualClock, tmp_path: Pat
     recorder.event("plan", {"split": [64] * 10})
     recorder.close()
     assert main(["export", str(path), "--csv", str(tmp_path / "csv")]) == 0
-    assert "gpu_samples: 50 rows, rank_metrics: 50 rows, events: 1 rows" in capsys.readouterr().out
+    # events: the plan in force the hub reports once the ranks run (their equal split), then ours
+    assert "gpu_samples: 50 rows, rank_metrics: 50 rows, events: 2 rows" in capsys.readouterr().out
     with open(tmp_path / "csv" / "gpu_samples.csv") as file:
         rows = list(csv.DictReader(file))
     assert len(rows) == 50 and rows[0]["uuid"] == hub.snapshot()["gpus"][0]["uuid"] and rows[0]["tier"] == "RTX 3060 12G"
@@ -234,7 +235,10 @@ def test_export_csv_and_parquet(demo_hardware, clock: ManualClock, tmp_path: Pat
     assert {r["rank"] for r in ranks} == {str(i) for i in range(10)} and ranks[0]["job"] == "train"
     with open(tmp_path / "csv" / "events.csv") as file:
         events = list(csv.DictReader(file))
-    assert events[0]["kind"] == "plan" and json.loads(events[0]["payload"]) == {"split": [64] * 10}
+    assert [e["kind"] for e in events] == ["plan", "plan"]
+    in_force = json.loads(events[0]["payload"])["plan"]
+    assert in_force["job"] == "train" and [r["samples"] for r in in_force["ranks"]] == [32] * 10
+    assert json.loads(events[1]["payload"]) == {"split": [64] * 10}
     pyarrow_parquet = pytest.importorskip("pyarrow.parquet")
     assert main(["export", str(path), "--parquet", str(tmp_path / "pq")]) == 0
     table = pyarrow_parquet.read_table(tmp_path / "pq" / "gpu_samples.parquet")
