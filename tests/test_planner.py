@@ -381,3 +381,56 @@ def test_the_largest_batch_allowed_plans_with_memory_and_whole_tiles() -> None:
 def test_a_search_past_its_time_limit_is_refused() -> None:
     with pytest.raises(PlanError, match="ran past 0 s and was stopped"):
         plan(mixed_rig(), PlanRequest(global_batch=640, gradient_bytes=1e8), time_limit_s=0.0)
+
+
+# -- what the search assumes between measured splits (issue 16: stairs finer than the granularity) --
+
+
+def two_ranks(speeds: tuple[float, float], current: tuple[int, int] = (128, 128),
+              points: tuple[tuple[tuple[int, float], ...], ...] = ((), ())) -> list[RankMeasure]:
+    return [RankMeasure(rank=i, samples_per_s=speed, current_samples=n, link_bytes_per_s=HUGE_LINK,
+                        micro_batch=n, compute_points=p)
+            for i, (speed, n, p) in enumerate(zip(speeds, current, points, strict=True))]
+
+
+def test_whole_tiles_per_pass_pick_the_micro_batch() -> None:
+    # 240 samples under a cap of 133 in tiles of 16: 3 x 80 (15 tiles), not 2 x 120 (8 + 8 = 16).
+    result = plan(two_ranks((3.0, 1.0)), PlanRequest(global_batch=320, gradient_bytes=1e8, granularity=16,
+                                                     max_micro_batch=133))
+    assert [r.samples for r in result.ranks] == [240, 80]
+    assert (result.ranks[0].micro_batch, result.ranks[0].accumulation_steps) == (80, 3)
+    # without a granularity, the largest micro-batch as before
+    plain = plan(two_ranks((3.0, 1.0)), PlanRequest(global_batch=320, gradient_bytes=1e8, max_micro_batch=133))
+    assert (plain.ranks[0].micro_batch, plain.ranks[0].accumulation_steps) == (120, 2)
+
+
+def test_a_split_on_the_measured_lattice_within_the_tolerance_is_preferred() -> None:
+    # Measured at 128 each; the line's best in multiples of 4 is 124/132 (1.8 % faster than 128/128),
+    # but 132 may sit a stair above 128: within LATTICE_TOLERANCE the planner keeps the lattice.
+    result = plan(two_ranks((1.0, 1.05)), PlanRequest(global_batch=256, gradient_bytes=1e8, granularity=4))
+    assert [r.samples for r in result.ranks] == [128, 128] and result.kept_current
+    assert not plan(two_ranks((1.0, 1.05)), PlanRequest(global_batch=256, gradient_bytes=1e8)).kept_current
+
+
+def test_a_gain_beyond_the_tolerance_leaves_the_lattice_as_little_as_it_can() -> None:
+    # 20 % faster: 128/128 is 6.7 % slower than the best in fours (116/140), past the tolerance; the
+    # best in eights (112/144 or 120/136) is within it.
+    result = plan(two_ranks((1.0, 1.2)), PlanRequest(global_batch=256, gradient_bytes=1e8, granularity=4))
+    counts = [r.samples for r in result.ranks]
+    assert all(n % 8 == 0 for n in counts) and counts != [128, 128], counts
+    assert max(r.compute_s for r in result.ranks) <= 116.7 * 1.03
+
+
+def test_a_gain_within_the_curves_own_error_keeps_the_split() -> None:
+    # Rank 0 was measured at 120 and 128 and runs 136 now: the line through them said 1.06 s, it
+    # measured 1.20 (a stair: 13 % off). Rank 1 (120 samples in 1.15 s) can take little more, so the
+    # best re-plan gains about 1 %: within the curves' own error, the split is kept.
+    points = (((120, 0.94), (128, 1.0)), ())
+    measures = two_ranks((136 / 1.20, 120 / 1.15), current=(136, 120), points=points)
+    result = plan(measures, PlanRequest(global_batch=256, gradient_bytes=1e8))
+    assert result.kept_current and "within the curves' own error" in (result.note or "")
+    assert [r.samples for r in result.ranks] == [136, 120]
+    # the same split without earlier points to check the curve against: the re-plan stands
+    fresh = plan(two_ranks((136 / 1.20, 120 / 1.15), current=(136, 120)),
+                 PlanRequest(global_batch=256, gradient_bytes=1e8))
+    assert not fresh.kept_current and fresh.speedup > 1

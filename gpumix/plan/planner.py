@@ -45,7 +45,7 @@ from gpumix.plan.memory import (
     micro_batch_cap,
 )
 from gpumix.plan.plan_json import plan_to_json
-from gpumix.plan.prediction import balanced_shares, comm_model, ideal, predict
+from gpumix.plan.prediction import balanced_shares, comm_model, hindsight_error, ideal, predict
 from gpumix.plan.request_checks import check_request
 from gpumix.plan.split_search import split_counts
 from gpumix.plan.split_types import (
@@ -129,19 +129,24 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
     proposed_counts = [counts[by_rank[m.rank]] if m.rank in by_rank else 0 for m in measures]
 
     current_counts = [m.current_samples for m in measures]
+    all_caps = [micro_batch_cap(m, request) for m in measures]
+    max_k = effective_max_k(request)
     current = predict(current_counts, measures, comm)
     proposed = predict(proposed_counts, measures, comm)
-    all_caps = [micro_batch_cap(m, request) for m in measures]
-    kept = _current_is_candidate(measures, request, all_caps) and (
-        proposed.step_time_s >= current.step_time_s - 1e-12
-    )
+    candidate = _current_is_candidate(measures, request, all_caps)
+    kept = candidate and proposed.step_time_s >= current.step_time_s - 1e-12
     note = None
+    # a gain no larger than the curves' own error where it could be checked is not a gain to restart for
+    error = hindsight_error(part)
+    gain = current.step_time_s / proposed.step_time_s - 1 if proposed.step_time_s > 0 else 0.0
+    within_error = candidate and not kept and error is not None and gain <= error
     R = len(part)
-    max_k = effective_max_k(request)
     ranks = []
-    if kept:
-        proposed = current
-        note = "the current split is already as fast as any split found: kept"
+    if kept or within_error:
+        note = (f"the predicted gain ({gain:.1%}) is within the curves' own error ({error:.1%}: what the"
+                " earlier splits predicted for the split running now): kept") if within_error \
+            else "the current split is already as fast as any split found: kept"
+        kept, proposed = True, current
         for m in measures:
             n = m.current_samples
             micro = m.micro_batch or n
@@ -158,14 +163,14 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
                 continue
             i = by_rank[m.rank]
             n = counts[i]
-            micro, k = factorize(n, caps[i], max_k) or (n, 1)
+            micro, k = factorize(n, caps[i], max_k, request.granularity) or (n, 1)
+            time_s = m.compute_curve().time_s(n)
             ranks.append(RankPlan(
                 rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
                 accumulation_steps=k, loss_weight=n * R / B,
-                limited_by=_reasons(n, k, shares[i], upper_of[m.rank],
-                                    m.compute_curve().time_s(n), proposed.compute_s, unbounded[i],
+                limited_by=_reasons(n, k, shares[i], upper_of[m.rank], time_s, proposed.compute_s, unbounded[i],
                                     request.granularity),
-                compute_s=m.compute_curve().time_s(n),
+                compute_s=time_s,
             ))
         if proposed.step_time_s >= current.step_time_s - 1e-12:
             note = "this request (batch, ranks or limits) is no faster than the current split"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpumix.model.compute_curve import ComputeCurve
-from gpumix.model.step_model import CommModel
+from gpumix.model.step_model import CommModel, compute_estimate
 from gpumix.plan.split_types import PlanRequest, Prediction, RankMeasure
 
 
@@ -22,6 +22,26 @@ def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommM
     compute = max((m.compute_curve().time_s(n) for n, m in taking_part), default=0.0)
     waits = comm.seconds([m.link_bytes_per_s for _, m in taking_part], compute)
     return Prediction(compute_s=compute, allreduce_s=waits, samples=sum(samples))
+
+
+def hindsight_error(measures: Sequence[RankMeasure]) -> float | None:
+    """How far off a prediction can be, from what was checked: for each rank now running a split it
+    had not run, with a curve through two or more earlier splits, that curve's time for the split
+    against what it measured (relative): the largest, plus the largest difference between two
+    measurements of the same split (a rank running a count it ran before: the noise of a median).
+    None when no curve can be checked (a one-point proportional guess's error says how wrong
+    proportionality was, which the point measured since has corrected)."""
+    errors, repeats = [], [0.0]
+    for m in measures:
+        if m.current_samples <= 0:
+            continue
+        measured_s = m.current_samples / m.compute_samples_per_s
+        earlier = [(n, t) for n, t in m.compute_points if n != m.current_samples]
+        repeats += [abs(t - measured_s) / measured_s for n, t in m.compute_points if n == m.current_samples]
+        if len({n for n, _ in earlier}) >= 2:
+            curve, _ = compute_estimate(earlier, [None] * len(earlier), None)
+            errors.append(abs(curve.time_s(m.current_samples) - measured_s) / measured_s)
+    return max(errors) + max(repeats) if errors else None
 
 
 def balanced_shares(total: int, curves: Sequence[ComputeCurve], lower: Sequence[float],

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 
 from gpumix.model.compute_curve import ComputeCurve
+from gpumix.plan.lattice import LATTICE_TOLERANCE, measured_lattice
 from gpumix.plan.memory import (
     effective_max_k,
     factorize,
@@ -159,6 +160,28 @@ def _snap_to_granularity(
     return True
 
 
+def _prefer_measured_lattice(
+    counts: list[int], curves: Sequence[ComputeCurve], caps: Sequence[int | None], upper: Sequence[int],
+    max_k: int, lattices: Sequence[int], granularity: int, deadline: Deadline,
+) -> None:
+    """Move the counts onto each rank's measured lattice (lattice.measured_lattice), as coarse as the
+    line allows: the coarsest level whose best split there predicts within LATTICE_TOLERANCE of
+    these counts' slowest compute. Counts unchanged when no level does."""
+    total = sum(counts)
+    limit_s = max(c.time_s(n) for c, n in zip(curves, counts, strict=True)) * (1 + LATTICE_TOLERANCE)
+    level = max(lattices)
+    while level > granularity:
+        steps = [min(lattice, level) for lattice in lattices]
+        choices = [[u * step for u in range(max(1, n // step - 3), n // step + 4)
+                    if u * step <= high and good_count(u * step, cap, max_k)]
+                   for n, step, high, cap in zip(counts, steps, upper, caps, strict=True)]
+        found = _min_max_exact(total, choices, curves, deadline)
+        if found is not None and max(c.time_s(n) for c, n in zip(curves, found, strict=True)) <= limit_s:
+            counts[:] = found
+            return
+        level //= 2
+
+
 def split_counts(
     global_batch: int, measures: Sequence[RankMeasure], request: PlanRequest, deadline: Deadline,
 ) -> tuple[list[int], list[int | None], list[float]]:
@@ -178,4 +201,7 @@ def split_counts(
     _fit_micro_batches(counts, curves, caps, upper, max_k, deadline)
     if request.granularity > 1:
         _snap_to_granularity(counts, curves, caps, upper, max_k, request.granularity, deadline)
+        lattices = [measured_lattice([m.current_samples, *(n for n, _ in m.compute_points)], request.granularity)
+                    for m in measures]
+        _prefer_measured_lattice(counts, curves, caps, upper, max_k, lattices, request.granularity, deadline)
     return counts, caps, shares
