@@ -188,7 +188,7 @@ def stepping_agent(path: str, rank: int, start_at: float, steps: int, period_s: 
             step.loss = 1.0
         ends.append(time.monotonic())  # just after step_end(): the previous record is queued now
     agent.close()
-    results.put((rank, ends, agent.sender.dropped, agent.sender.connects))
+    results.put((rank, ends, agent.dropped, agent.sender.connects))
 
 
 def bench_latency(agents: int, rate: float, seconds: float, hub_core: int) -> dict[str, Any]:

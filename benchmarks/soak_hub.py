@@ -66,7 +66,7 @@ while time.monotonic() < end:
 last_step = agent.steps
 agent.close()
 print(json.dumps({"made": made, "last_step": last_step, "sent": agent.sender.sent,
-                  "dropped": agent.sender.dropped, "connects": agent.sender.connects}), flush=True)
+                  "dropped": agent.dropped, "connects": agent.sender.connects}), flush=True)
 """
 
 
