@@ -316,6 +316,29 @@ class JobRow(TypedDict):
     queued_plans: int
 
 
+class PlanShareRow(TypedDict):
+    """One rank's share of the global batch in the plan in force, as its agent reports it."""
+
+    rank: int
+    samples: int | float
+    micro_batch: int | float | None
+    accumulation_steps: int | float | None
+
+
+class PlanRow(TypedDict):
+    """The shown job's plan in force (gpumix.hub.plan_in_force): the last whole split its ranks report."""
+
+    job: str
+    plan_id: str | None  # the supervisor's (gpumix run), None for a job without one
+    supervised: bool
+    global_batch: int | float | None  # None while the split is not whole yet
+    ranks: list[PlanShareRow]
+    restarts: int | None
+    applied_at_step: int | None
+    applied_s: float | None  # wall clock when the hub first saw this split
+    predicted_speedup: float | None  # of a plan asked through the hub; None otherwise
+
+
 class Snapshot(TypedDict):
     """Everything a client shows, as of one hardware tick and the ranks' steps since."""
 
@@ -332,7 +355,7 @@ class Snapshot(TypedDict):
     run: RunRow | None  # the job with most live ranks
     runs: dict[str, RunRow]  # every job's run, by job label
     findings: list[FindingRow]
-    plan: dict[str, Any] | None
+    plan: PlanRow | None  # None when no job reports
     # the hub adds these when it merges ranks (a bare hardware snapshot lacks them)
     power_budget_w: NotRequired[float | None]
     tiers: NotRequired[list[TierRow]]
