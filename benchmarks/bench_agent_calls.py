@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.waiting
+sys.path.append(str(ROOT))  # tests.waiting; after the installed packages (the checkout has no gpumix.agent)
 from gpumix.agent.core import Agent  # noqa: E402
 from gpumix.hub.client import HubClient  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
