@@ -191,6 +191,13 @@ class GpumixApp(App[None]):
             self.pop_screen()
             self._refresh_now()
 
+    def _on_key(self, event: events.Key) -> None:
+        # Textual calls each class's handler down the MRO: App._on_key runs next unless stopped.
+        # A key still queued when the app has closed its screens (typed as it quits) finds no
+        # screen there and raises ScreenStackError (seen in the stress test on a loaded box).
+        if not self.screen_stack:
+            event.prevent_default()
+
     def say(self, message: Any, severity: Any = "information", timeout: float = 8) -> None:
         """A notification whose text may come from outside (a hub's reply, a file name): shown
         as plain text, never as markup."""
