@@ -41,3 +41,20 @@ def test_gpumix_top_loads_no_hub_nor_nvml_before_it_knows_it_needs_them() -> Non
     loaded = modules_after_import("gpumix.tui.main")
     assert not {"gpumix.hub.core", "gpumix.hub.server", "pynvml", "gpumix.advice.advisor"} & loaded
     assert "gpumix.hub.client" in loaded  # what the attached path does use
+
+
+@pytest.mark.parametrize("argv", [["doctor"], ["power", "show"], ["doctor", "--json", "--hub", "/tmp/x.sock"]])
+def test_gpumix_parses_doctor_and_power_show_without_the_hub_planner_nor_nvml(argv: list[str]) -> None:
+    """`gpumix doctor` and `gpumix power show` attached to a running hub use the client, the snapshot and
+    (doctor) the advisor: building every command's parser must not import what the other commands run
+    (issue 13: 0.32 and 0.30 s on the H200 with a hub running, most of it importing)."""
+    code = ("import sys, json; from gpumix.cli.main import build_parser;"
+            f" args = build_parser().parse_args({argv!r}); print(json.dumps([args.command, sorted(sys.modules)]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    command, loaded = json.loads(result.stdout)
+    assert command == argv[0]
+    heavy = {"gpumix.hub.core", "gpumix.hub.server", "gpumix.plan.planner", "gpumix.plan.inputs",
+             "gpumix.power.budget", "gpumix.power.supplies", "gpumix.advice.advisor", "gpumix.hw.nvml_backend",
+             "gpumix.hw.topology", "gpumix.sim.rig", "pynvml"}
+    assert not heavy & set(loaded), sorted(heavy & set(loaded))
+    assert "gpumix.hub.client" in loaded  # what the attached path does use

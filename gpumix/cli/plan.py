@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gpumix.advice.probe_results import age_text, kept_probe, measured_floor
 from gpumix.cli.common import (
     MAX_GLOBAL_BATCH,
     MAX_GRADIENT_MB,
@@ -19,11 +18,9 @@ from gpumix.cli.common import (
     positive_float,
     positive_int,
 )
-from gpumix.plan.deepspeed import deepspeed_split, write_configs
-from gpumix.plan.inputs import PlanInputError, pick_job, plan_from_snapshot
-from gpumix.plan.planner import plan_to_json
-from gpumix.power.split_draw import draw_against_budgets
-from gpumix.probe import store as probe_store
+
+# The planner, the kept probe results and the power split load inside the functions that use them:
+# `gpumix` builds this parser for every command (issue 13: `doctor` and `power show` need none of them).
 
 PROG = "gpumix"
 
@@ -86,6 +83,9 @@ def kept_allreduce_floor(snapshot: dict[str, Any], job: str, folder: Path | None
     """The all-reduce floor a kept `gpumix probe` result measured over exactly the job's GPUs, through
     host memory (NCCL_P2P_DISABLE=1, the path the link prior models), with what it is; None without
     one that still describes the box (the planner then uses the link prior)."""
+    from gpumix.advice.probe_results import age_text, kept_probe, measured_floor
+    from gpumix.probe import store as probe_store
+
     index_of = {gpu["uuid"]: gpu["index"] for gpu in snapshot["gpus"]}
     job_gpus = sorted(index_of[r["gpu_uuid"]] for r in snapshot.get("ranks", [])
                       if r.get("job") == job and r.get("connected") and r.get("gpu_uuid") in index_of)
@@ -105,6 +105,10 @@ def power_text(power: dict[str, Any]) -> str:
 
 def run_plan_command(args: argparse.Namespace, source: Any) -> int:
     """`source` has snapshot() and control(): a HubClient, or the demo's in-process hub."""
+    from gpumix.plan.inputs import PlanInputError, pick_job, plan_from_snapshot
+    from gpumix.plan.planner import plan_to_json
+    from gpumix.power.split_draw import draw_against_budgets
+
     snapshot = source.snapshot()
     if snapshot is None:
         fail(PROG, "no hub answers: start one (`gpumix hub`, or gpumix-top) or use --demo")
@@ -191,6 +195,8 @@ def rank_list(text: str) -> frozenset[int]:
 def excluded_ranks(snapshot: dict[str, Any], job: str | None, ranks: frozenset[int] | None,
                    tier: str | None) -> frozenset[int]:
     """--exclude as given, or the ranks whose GPU is of --exclude-tier (its name, any case)."""
+    from gpumix.plan.inputs import PlanInputError, pick_job
+
     if tier is None:
         return ranks or frozenset()
     job = pick_job(snapshot, job)
@@ -204,6 +210,8 @@ def excluded_ranks(snapshot: dict[str, Any], job: str | None, ranks: frozenset[i
 
 
 def deepspeed_outputs(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    from gpumix.plan.deepspeed import deepspeed_split, write_configs
+
     try:
         base = json.loads(Path(args.deepspeed_config).read_text())
     except (OSError, ValueError) as error:

@@ -7,9 +7,8 @@ import json
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpumix.advice.advisor import AdvisorSettings, exit_code, findings
 from gpumix.cli.common import (
     MAX_POWER_W,
     add_output_flags,
@@ -21,10 +20,14 @@ from gpumix.cli.common import (
     positive_float,
     positive_int,
 )
-from gpumix.hub.core import Hub
-from gpumix.hw.hardware import Hardware
-from gpumix.power import profile
+from gpumix.power import profile  # light: its bounds and defaults are in the flags' help
 from gpumix.wire.snapshot_types import Snapshot, Source
+
+# The hub and the advisor load when used: building `gpumix`'s parsers, or `power show` attached to
+# a running hub, needs neither (issue 13).
+if TYPE_CHECKING:
+    from gpumix.hub.core import Hub
+    from gpumix.hw.hardware import Hardware
 
 PROG = "gpumix"
 
@@ -98,6 +101,8 @@ def local_source(hardware: Hardware, settle_s: float = 0.0) -> Hub:
     instead, for every GPU at once (issue 13: the 0.5 s between two readings was most of `doctor`'s
     wall time). `settle_s` is kept for a world that moves only when ticked: its machine is stepped
     between two readings as before."""
+    from gpumix.hub.core import Hub
+
     hub = Hub(hardware)
     if hardware.machine is None:  # real GPUs: one reading, rates from NVML's window
         hardware.backend.instant_first_pcie = True
@@ -257,6 +262,8 @@ def print_fit(fit: dict[str, Any], as_json: bool, dry_run: bool) -> None:
 
 
 def run_doctor(args: argparse.Namespace, source: PowerSource) -> int:
+    from gpumix.advice.advisor import AdvisorSettings, exit_code, findings
+
     snapshot = read_snapshot(source)
     host = snapshot.get("host") or {}
     settings = AdvisorSettings(power_budget_w=getattr(args, "power_budget", None) or snapshot.get("power_budget_w"),
