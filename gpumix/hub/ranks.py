@@ -131,10 +131,12 @@ def parse_step(message: dict[str, Any]) -> dict[str, Any]:
         rejected.append("step_time_s")
         step["step_time_s"] = None
     for key, (low, high) in STEP_RANGES.items():
-        value = number(message, key)
-        if value is not None and not low <= value <= high:
-            rejected.append(key)
-            value = None
+        value = message.get(key)
+        if value is not None:  # most fields are absent: only a present one pays the full check
+            value = number(message, key)
+            if not low <= value <= high:  # type: ignore[operator]
+                rejected.append(key)
+                value = None
         step[key] = value
     dtype = message.get("amp_dtype")
     if dtype is not None and dtype not in AMP_DTYPES:
@@ -181,7 +183,8 @@ def skipped_share(steps: list[dict[str, Any]]) -> tuple[float | None, int]:
 
 def rank_summary(stream: RankStream) -> dict[str, Any]:
     """Per-rank figures over the last few steps (medians: robust to one slow step)."""
-    recent = list(stream.steps)[-MEDIAN_WINDOW:]
+    steps = list(stream.steps)  # one copy of the deque for the window, the AMP share and the losses
+    recent = steps[-MEDIAN_WINDOW:]
     step_times = [s["step_time_s"] for s in recent if s["step_time_s"]]
     step_time = _median(step_times)
     samples = _median([s["samples"] for s in recent if s["samples"] is not None])
@@ -192,7 +195,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
     if step_time is not None:
         compute = max(0.0, step_time - (comm or 0.0) - (data_wait or 0.0))
     tokens = _median([s["tokens"] for s in recent if s["tokens"] is not None])
-    amp_skipped_share, amp_window_steps = skipped_share(list(stream.steps))
+    amp_skipped_share, amp_window_steps = skipped_share(steps)
     return {
         "rank": stream.rank,
         "world_size": stream.world_size,
@@ -217,7 +220,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "forward_s": _median([s["forward_s"] for s in recent if s["forward_s"] is not None]),
         "backward_s": _median([s["backward_s"] for s in recent if s["backward_s"] is not None]),
         "optimizer_s": _median([s["optimizer_s"] for s in recent if s["optimizer_s"] is not None]),
-        "loss_history": [s["loss"] for s in stream.steps if s["loss"] is not None][-LOSS_HISTORY_KEPT:],
+        "loss_history": [s["loss"] for s in steps if s["loss"] is not None][-LOSS_HISTORY_KEPT:],
         "samples": samples,
         "amp_skipped_share": amp_skipped_share,
         "amp_window_steps": amp_window_steps,

@@ -11,7 +11,8 @@ Ranks of different jobs never wait for each other: whatever compares ranks
 from __future__ import annotations
 
 import socket
-from dataclasses import asdict
+from dataclasses import fields
+from functools import cache
 from typing import Any
 
 from gpumix.hw.host import HostSample, ProcessSample
@@ -37,14 +38,28 @@ def _share(rate: float | None, limit: float | None) -> float | None:
     return rate / limit
 
 
+@cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(kind))
+
+
+def plain(record: Any) -> dict[str, Any]:
+    """A flat dataclass as a dict: what dataclasses.asdict gives for records whose fields are all
+    scalars (GpuInfo, GpuProcess, ProcessSample, DriverInfo, P2PLink), without its deep copy per field,
+    which was most of a tick's snapshot build. A list field stays the record's own list: copy it."""
+    return {name: getattr(record, name) for name in _field_names(type(record))}
+
+
 def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample]) -> GpuRow:
     """Static facts, the tick's readings and what follows from them, for one GPU."""
     row: dict[str, Any] = {
-        **asdict(info),
+        **plain(info),
         "model": info.model,
         "tier": info.tier,
-        **sample.to_json(),
+        **plain(sample),  # GpuSample.to_json without asdict's deep copy: its lists are copied here
     }
+    if sample.clock_event_reasons is not None:
+        row["clock_event_reasons"] = list(sample.clock_event_reasons)
     link_now = link_bytes_per_s(sample.pcie_link_gen_current, sample.pcie_link_width_current)
     row["pcie_link_bytes_per_s_current"] = link_now
     row["pcie_link_bytes_per_s_max"] = link_bytes_per_s(info.pcie_gen_max, info.pcie_width_max)
@@ -62,7 +77,7 @@ def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample
     )
     row["pcie_link_below_max_under_load"] = bool(below_max and row["under_load"])
     row["processes"] = [
-        ProcessRow(**asdict(proc), **_process_fields(processes.get(proc.pid))) for proc in sample.processes
+        ProcessRow(**plain(proc), **_process_fields(processes.get(proc.pid))) for proc in sample.processes
     ]
     return GpuRow(**row)
 
@@ -70,9 +85,9 @@ def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample
 def _process_fields(process: ProcessSample | None) -> dict[str, Any]:
     if process is None:
         return {"name": None, "user": None, "cpu_pct": None, "rss_bytes": None, "command": None}
-    fields = asdict(process)
-    fields.pop("pid")
-    return fields
+    row = plain(process)
+    row.pop("pid")
+    return row
 
 
 def build_snapshot(
@@ -93,10 +108,10 @@ def build_snapshot(
         "timestamp_s": timestamp_s,
         "hostname": hostname or socket.gethostname(),
         "source": source,
-        "driver": asdict(driver),
+        "driver": plain(driver),
         "gpus": [gpu_row(info, sample, processes) for info, sample in zip(infos, samples, strict=True)],
         "host": host.to_json() if host else None,
-        "p2p": [asdict(link) for link in p2p],
+        "p2p": [plain(link) for link in p2p],
         "ranks": [],
         "run": None,
         "runs": {},
