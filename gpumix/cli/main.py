@@ -34,7 +34,6 @@ from gpumix.cli.common import (
     positive_float,
     positive_int,
 )
-from gpumix.cli.logs import log_to_stderr_in_background
 from gpumix.cli.plan import add_plan_parser, check_plan_flags
 from gpumix.cli.power import add_power_parser, check_power_flags
 from gpumix.cli.probe import add_probe_parser, run_probe
@@ -322,6 +321,7 @@ def run_supervised(args: argparse.Namespace) -> int:
 
 
 def run_hub(args: argparse.Namespace) -> int:
+    from gpumix.cli.logs import log_to_stderr_in_background
     from gpumix.cli.node import start_node
     from gpumix.hub.server import HubAlreadyRunning
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +104,8 @@ def power_text(power: dict[str, Any]) -> str:
 
 def run_plan_command(args: argparse.Namespace, source: Any) -> int:
     """`source` has snapshot() and control(): a HubClient, or the demo's in-process hub."""
+    import uuid
+
     from gpumix.plan.inputs import PlanInputError, pick_job, plan_from_snapshot
     from gpumix.plan.planner import plan_to_json
     from gpumix.power.split_draw import draw_against_budgets

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from typing import Any
 
@@ -93,8 +92,10 @@ def run_probe(args: argparse.Namespace) -> int:
 
 def gradient_bytes_from_hub() -> float | None:
     """The running job's gradient size, when the hub on this node answers and a rank reported it."""
+    import statistics
+
     from gpumix.hub.client import HubClient
-    from gpumix.hub.server import hub_answers
+    from gpumix.hub.connections import hub_answers
     from gpumix.wire.paths import default_hub_address
 
     address = default_hub_address()
