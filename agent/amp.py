@@ -1,11 +1,26 @@
 """Mixed precision as the agent reports it (`agent.watch_amp`): autocast on or off and its dtype,
 the GradScaler's scale (taken without a sync on the training thread, read on the sender thread) and
-the steps it skipped."""
+the steps it skipped. The integrations declare it from their framework's settings (`declare`)."""
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from typing import Any
+
+log = logging.getLogger("gpumix.agent")
+
+
+class ScaleSource:
+    """A loss scale a framework keeps itself instead of a GradScaler (DeepSpeed's fp16 optimizer):
+    `scale()` returns it as it is (a Python float there: no sync), `skipped()` the framework's own count
+    of overflowed steps, which is exact where the scale's drops are not (DeepSpeed's hysteresis skips
+    a step without backing off)."""
+
+    def __init__(self, scale: Callable[[], Any], skipped: Callable[[], Any] | None = None) -> None:
+        self.scale = scale
+        self.skipped = skipped
 
 
 class AmpWatch:
@@ -20,6 +35,8 @@ class AmpWatch:
     def scale_tensor(self) -> Any:
         """The scaler's scale tensor as it is (torch keeps it on the GPU: reading it now would sync).
         GradScaler has no public sync-free accessor; `_scale` is None before its first scale()."""
+        if isinstance(self.scaler, ScaleSource):
+            return _quietly(self.scaler.scale)
         if self.scaler is None or not getattr(self.scaler, "is_enabled", lambda: True)():
             return None
         return getattr(self.scaler, "_scale", None)
@@ -32,6 +49,44 @@ class AmpWatch:
                 self.skipped += 1
             self._last_scale = scale
             found["loss_scale"] = scale
-        if self.scaler is not None:
+        if isinstance(self.scaler, ScaleSource) and self.scaler.skipped is not None:
+            counted = _quietly(self.scaler.skipped)  # read here, on the sender thread: a plain int
+            if isinstance(counted, int) and not isinstance(counted, bool) and counted >= 0:
+                found["amp_skipped_steps"] = counted
+        elif self.scaler is not None:
             found["amp_skipped_steps"] = self.skipped
         return found
+
+
+def _quietly(read: Callable[[], Any]) -> Any:
+    """A framework's attribute read: None rather than an exception into the training loop."""
+    try:
+        return read()
+    except Exception:
+        return None
+
+
+def all_float32(model: Any) -> bool:
+    """Every floating parameter of the model is float32 (read once, at the start). A model loaded in
+    bfloat16 and trained without autocast is not fp32 training: the integrations then say nothing."""
+    import torch
+
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    return dtypes == {torch.float32}
+
+
+def declare(agent: Any, read: Callable[[], tuple[str | None, Any]], model: Any = None) -> None:
+    """An integration's precision, from its framework's settings: read() -> (dtype, scaler). dtype:
+    autocast's ("float16", "bfloat16", with its scaler), "float32" when the framework trains without
+    mixed precision (reported only when the model's weights are all float32), None when not known
+    (nothing is reported: no guess). Never raises: the agent must not hurt training."""
+    try:
+        dtype, scaler = read()
+        if dtype == "float32":
+            if model is not None and all_float32(model):
+                agent.watch_amp(None, None)
+        elif dtype is not None:
+            agent.watch_amp(scaler, dtype)
+    except Exception as error:  # one line: a framework's change is not the user's bug
+        log.warning("gpumix agent: the integration could not read the precision (%s: %s); none is reported",
+                    type(error).__name__, error)

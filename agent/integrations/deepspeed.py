@@ -20,6 +20,11 @@ sample-based schedules) would then add the wrong amount each step. Given the
 true global batch B (the plan's, by default), watch_deepspeed sets the
 engine's train_batch_size to B once the check has passed, so each step counts
 B samples: the samples every rank trained together.
+
+Mixed precision from the engine's config (`fp16_enabled()`, `bfloat16_enabled()`,
+`torch_autocast_enabled()`/`torch_autocast_dtype()`; DeepSpeed 0.19): under fp16 the loss scale is its
+optimizer's `loss_scale` (a Python float: no sync) and the skipped steps are the engine's own
+`skipped_steps` (exact: with its hysteresis a step may overflow without the scale backing off).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from gpumix.agent.amp import ScaleSource, declare
 from gpumix.agent.core import Agent
 
 ALLREDUCE_TIMER = "bwd_allreduce"  # deepspeed.utils.timer.BACKWARD_REDUCE_GLOBAL_TIMER
@@ -67,6 +73,21 @@ def count_global_batch(engine: Any, global_batch: int) -> None:
     engine._config.train_batch_size = global_batch
 
 
+def precision(engine: Any) -> tuple[str | None, Any]:
+    """(dtype, loss scale source) as the engine trains (amp.declare)."""
+    def enabled(name: str) -> bool:
+        return getattr(engine, name, lambda: False)() is True
+
+    if enabled("fp16_enabled"):
+        return "float16", ScaleSource(lambda: getattr(engine.optimizer, "loss_scale", None),
+                                      lambda: getattr(engine, "skipped_steps", None))
+    if enabled("bfloat16_enabled"):
+        return "bfloat16", None
+    if enabled("torch_autocast_enabled"):
+        return str(engine.torch_autocast_dtype()).removeprefix("torch."), None
+    return "float32", None
+
+
 def watch_deepspeed(agent: Agent, engine: Any, global_batch: int | None = None) -> DeepSpeedCommTimer | None:
     agent.micro_batch = engine.train_micro_batch_size_per_gpu()
     agent.accumulation_steps = engine.gradient_accumulation_steps()
@@ -74,6 +95,7 @@ def watch_deepspeed(agent: Agent, engine: Any, global_batch: int | None = None) 
         global_batch = agent.plan.global_batch
     if global_batch is not None and global_batch > 0:
         count_global_batch(engine, global_batch)
+    declare(agent, lambda: precision(engine), model=getattr(engine, "module", None))
     if not engine.wall_clock_breakdown():
         return None
     timer = engine.timers(ALLREDUCE_TIMER)
