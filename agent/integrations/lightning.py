@@ -11,10 +11,8 @@ from typing import Any
 
 try:
     from lightning.pytorch.callbacks import Callback
-    from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback
-    from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 
 import gpumix.agent
 from gpumix.agent.amp import declare
@@ -38,7 +36,12 @@ PRECISION_DTYPES = {"16-mixed": "float16", "bf16-mixed": "bfloat16", "32-true": 
 
 
 def precision(trainer: Any) -> tuple[str | None, Any]:
-    """(autocast dtype, GradScaler) as the trainer trains (amp.declare)."""
+    """(autocast dtype, GradScaler) as the trainer trains (amp.declare). The plugin classes are imported
+    here, under declare's guard: a Lightning without them (2.0 named them *Plugin) reports nothing."""
+    try:
+        from lightning.pytorch.plugins.precision import MixedPrecision, Precision
+    except ImportError:  # the older package name
+        from pytorch_lightning.plugins.precision import MixedPrecision, Precision
     plugin = getattr(trainer, "precision_plugin", None)
     dtype = PRECISION_DTYPES.get(str(getattr(trainer, "precision", "")))
     if dtype == "float32" and type(plugin) is not Precision:  # a plugin that may cast on its own
