@@ -31,6 +31,11 @@ def run_example(demo_hardware, tmp_path: Path, command: list[str], env: dict[str
         server.stop()
 
 
+def fp32(rank: dict) -> bool:
+    """The integration reported fp32 training by itself: autocast off, no loss scale."""
+    return (rank.get("amp_autocast"), rank.get("amp_dtype"), rank.get("loss_scale")) == (0, "float32", None)
+
+
 @pytest.mark.slow
 def test_hugging_face_trainer(demo_hardware, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
@@ -39,6 +44,7 @@ def test_hugging_face_trainer(demo_hardware, tmp_path: Path) -> None:
     assert rank["job"] == "hf-example" and rank["step"] == 11
     assert rank["micro_batch"] == 16 and rank["accumulation_steps"] == 2
     assert rank["samples_per_s"] > 0 and rank["loss"] is not None and 0 < rank["loss"] < 5
+    assert fp32(rank)  # the example trains without fp16/bf16: the callback says so by itself
 
 
 @pytest.mark.slow
@@ -48,6 +54,7 @@ def test_lightning(demo_hardware, tmp_path: Path) -> None:
     (rank,) = ranks
     assert rank["job"] == "lightning-example" and rank["step"] == 11
     assert rank["micro_batch"] == 32 and rank["loss"] is not None and rank["samples_per_s"] > 0
+    assert fp32(rank)  # precision "32-true" by default
 
 
 @pytest.mark.slow
@@ -62,6 +69,8 @@ def test_deepspeed_engine(demo_hardware, tmp_path: Path) -> None:
         assert rank["micro_batch"] == 8 and rank["accumulation_steps"] == 2
         assert rank["comm_share"] is not None and rank["comm_share"] > 0  # DeepSpeed's bwd_allreduce timer
         assert rank["loss"] is not None
+        assert fp32(rank)  # neither fp16 nor bf16 in its config
+
 
 
 @pytest.mark.slow
