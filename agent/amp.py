@@ -79,7 +79,10 @@ def declare(agent: Any, read: Callable[[], tuple[str | None, Any]], model: Any =
     """An integration's precision, from its framework's settings: read() -> (dtype, scaler). dtype:
     autocast's ("float16", "bfloat16", with its scaler), "float32" when the framework trains without
     mixed precision (reported only when the model's weights are all float32), None when not known
-    (nothing is reported: no guess). Never raises: the agent must not hurt training."""
+    (nothing is reported: no guess). The script's own watch_amp, made before, is kept: it knows best.
+    Never raises: the agent must not hurt training."""
+    if getattr(agent, "_amp", None) is not None:  # the agent's own record of a watch_amp call
+        return
     try:
         dtype, scaler = read()
         if dtype == "float32":

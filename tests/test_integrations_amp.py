@@ -121,6 +121,26 @@ def test_hf_callback_reads_the_scaler_accelerate_gives_the_optimizer(hub_socket,
                                                 "amp_skipped_steps": 1}
 
 
+def test_the_scripts_own_watch_amp_is_kept(hub_socket, tmp_path: Path) -> None:
+    """A script that declared its precision itself (autocast in its own loss, say) is not overruled by
+    the Trainer's fp32 arguments."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from gpumix.agent.integrations.hf import GpumixCallback
+
+    hub, socket_path = hub_socket
+    agent = Agent(socket_path, job="hf-own")
+    agent.watch_amp(None, torch.bfloat16)
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), use_cpu=True, report_to=[])
+    callback, state, control = GpumixCallback(agent=agent), TrainerState(), TrainerControl()
+    callback.on_train_begin(args, state, control, model=_Regression(), optimizer=None)
+    callback.on_step_begin(args, state, control)
+    callback.on_step_end(args, state, control)
+    callback.on_train_end(args, state, control)
+    assert amp(rank_row(hub, "hf-own", 0)) == {"amp_autocast": 1, "amp_dtype": "bfloat16", "loss_scale": None,
+                                               "amp_skipped_steps": None}
+
+
 # -- Lightning -------------------------------------------------------------------------------------------
 
 def lightning_train(socket_path: str, job: str, precision: str, plugins: list | None = None) -> None:
