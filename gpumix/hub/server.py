@@ -67,6 +67,12 @@ from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 
+# After an agent's message the hub stops reading its socket this long: the frames it writes meanwhile
+# (ten batches a second) wait in the kernel and arrive in one read, one wake-up of the loop, not one a
+# write. Steps show at most this much later (the snapshot ticks once a second); a flood fills the
+# kernel's buffer and blocks the agent's sender thread, never the hub.
+AGENT_READ_PAUSE_S = 0.5
+
 
 
 class HubServer:
@@ -89,6 +95,7 @@ class HubServer:
         self._peer_credentials = peer_credentials  # injectable: tests cannot switch users
         self.hello_timeout_s = hello_timeout_s
         self.agent_idle_timeout_s = agent_idle_timeout_s
+        self.agent_read_pause_s = AGENT_READ_PAUSE_S  # 0: read each frame as it comes
         self.client_idle_timeout_s = client_idle_timeout_s
         self.max_unauthenticated = max_unauthenticated
         self.tcp_limit = 0  # set at start from the descriptor limit
@@ -280,7 +287,7 @@ class HubServer:
                 except OverflowError as error:
                     raise ProtocolError(str(error)) from None
                 self._trusted(peer)
-                await self._serve_agent(reader, key)
+                await self._serve_agent(reader, key, writer.transport)
             else:
                 verifier = await welcome(hello, writer, peer.over_tcp, self._token)
                 self._trusted(peer)
@@ -309,19 +316,30 @@ class HubServer:
         return await asyncio.get_running_loop().run_in_executor(
             None, lambda: auth.peer_refusal(peer.uid, gid=peer.gid, access=self.access))
 
-    async def _serve_agent(self, reader: asyncio.StreamReader, key: RankKey) -> None:
+    async def _serve_agent(self, reader: asyncio.StreamReader, key: RankKey,
+                           transport: asyncio.BaseTransport) -> None:
         idle = f"silent for {self.agent_idle_timeout_s:g} s (the agent reconnects at its next step)"
-        while True:
-            message = await read_within(reader, protocol.AGENT_TYPES, self.agent_idle_timeout_s, idle)
-            kind = message["type"]
-            if kind == "step":
-                self.hub.agent_step(key, parse_step(message))
-            elif kind == "transport":
-                self.hub.agent_transport(key, parse_transport(message))
-            elif kind == "bye":
-                return
-            else:
-                raise ProtocolError(f"unexpected {kind!r} from an agent")
+        loop = asyncio.get_running_loop()
+        pausable = isinstance(transport, asyncio.ReadTransport)
+        try:
+            while True:
+                message = await read_within(reader, protocol.AGENT_TYPES, self.agent_idle_timeout_s, idle)
+                if self.agent_read_pause_s > 0 and pausable and transport.is_reading():  # type: ignore[attr-defined]
+                    # the frames already read are handled below; the next ones wait in the kernel's buffer
+                    transport.pause_reading()  # type: ignore[attr-defined]
+                    loop.call_later(self.agent_read_pause_s, transport.resume_reading)  # type: ignore[attr-defined]
+                kind = message["type"]
+                if kind == "step":
+                    self.hub.agent_step(key, parse_step(message))
+                elif kind == "transport":
+                    self.hub.agent_transport(key, parse_transport(message))
+                elif kind == "bye":
+                    return
+                else:
+                    raise ProtocolError(f"unexpected {kind!r} from an agent")
+        finally:  # a refusal reads the agent's last frames until it closes (tell): not after a pause
+            if pausable:
+                transport.resume_reading()  # type: ignore[attr-defined]
 
     def _refuse(self, request: dict[str, Any], reason: str) -> dict[str, Any]:
         self.log_limiter.warning(f"hub: refused a {request.get('type')} control: {reason}")
