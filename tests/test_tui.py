@@ -273,3 +273,23 @@ def test_a_crashed_replay_exits_non_zero(demo_hardware, clock, tmp_path: Path) -
     status, output = run_in_terminal(CRASHING_REPLAY, str(path))
     assert "the replay screen broke" in output, output[-2000:]
     assert status == 1, output[-2000:]
+
+
+async def test_m_asks_before_the_probe_and_readonly_has_no_probe(demo_hub: Hub) -> None:
+    from gpumix.tui.probe_screen import ProbeConfirm, ProbeScreen
+
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("m")
+        await pilot.pause()
+        assert isinstance(app.screen, ProbeConfirm)  # nothing runs before the user says so
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ProbeConfirm | ProbeScreen)
+    readonly = GpumixApp(demo_hub, interval_s=60, readonly=True)
+    async with readonly.run_test(size=SIZE) as pilot:
+        await started(pilot, readonly)
+        await pilot.press("m")
+        await pilot.pause()
+        assert not isinstance(readonly.screen, ProbeConfirm | ProbeScreen)

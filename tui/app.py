@@ -36,6 +36,7 @@ from gpumix.tui.panels import (
 )
 from gpumix.tui.plan_screen import PlanScreen
 from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog
+from gpumix.tui.probe_screen import ProbeConfirm, ProbeScreen
 from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from gpumix.tui.size_notice import TooSmallScreen, too_small
@@ -105,11 +106,12 @@ class GpumixApp(App[None]):
         Binding("space", "mark", "Mark", show=False, id="mark"),
         Binding("T", "mark_tier", "Mark tier", show=False, id="mark_tier"),
         Binding("u", "clear_marks", "Unmark", id="clear_marks"),  # in the footer only while marks exist
+        Binding("m", "probe", "Probe", show=False, id="probe"),  # gpumix probe, after a confirmation
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
     ]
 
-    CONTROL_ACTIONS = {"power", "fit_budget", "mark", "mark_tier", "clear_marks", "replan"}
+    CONTROL_ACTIONS = {"power", "fit_budget", "mark", "mark_tier", "clear_marks", "replan", "probe"}
     # Toasts at the top right: at the bottom they covered the dialogs' buttons at 80x24.
     CSS = "ToastRack { dock: top; align: right top; margin-bottom: 0; margin-top: 1; }"
 
@@ -393,6 +395,13 @@ class GpumixApp(App[None]):
         if selected is not None:
             table.marked |= {g["uuid"] for g in self.snapshot["gpus"] if g["tier"] == selected["tier"]}
             self._marks_changed()
+
+    def action_probe(self) -> None:
+        """Measure the links (gpumix probe) once the user confirms: it loads the GPUs for up to 30 s."""
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self.push_screen(ProbeScreen())
+        self.push_screen(ProbeConfirm(self.snapshot), confirmed)
 
     def action_clear_marks(self) -> None:
         if self.table.marked:

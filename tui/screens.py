@@ -31,9 +31,12 @@ HELP_VIEW_KEYS = """\
 HELP_CONTROL_KEYS = """\
 [b]Controls[/b] (--readonly hides them)
   c            power cap of the selected (or marked) GPUs
-  space        mark a GPU            T       mark its whole tier
+  space        mark a GPU            T       add its tier to the marks
+  u            clear all marks
   b            fit the caps to the power budget
-  s            re-plan the per-rank batch split (a job under `gpumix run`)"""
+  s            re-plan the per-rank split (a job under `gpumix run`;
+               the restart asks first)
+  m            measure the links with gpumix probe (asks first)"""
 HELP_TABLE = """\
 [b]GPU table[/b]
   Util   GPU utilization (nvidia-smi utilization.gpu); < 50 % flagged
@@ -83,7 +86,7 @@ class TopologyScreen(SnapshotView):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(id="topology-text")
-        yield Footer()
+        yield Footer(compact=True)  # compact, as every screen: its keys stay in view at 80 columns
 
     def show(self, snapshot: dict[str, Any]) -> None:
         # The link names come from the hub: each line shown as plain text, controls made visible.
@@ -98,7 +101,7 @@ class ProcessesScreen(SnapshotView):
 
     def compose(self) -> ComposeResult:
         yield DataTable(id="processes", cursor_type="row")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -196,7 +199,7 @@ class GpuChartsScreen(SnapshotView):
             yield Static(id="charts-title")
             for spec in CHARTS:
                 yield Static(id=f"chart-{spec.field}")
-        yield Footer()
+        yield Footer(compact=True)
 
     def show(self, snapshot: dict[str, Any]) -> None:
         # the series' own spacing where the app knows it (a replay polls faster than it was recorded)
