@@ -60,8 +60,8 @@ def test_files_that_are_no_theme_text_are_skipped() -> None:
     reasons = sorted(loaded.errors)
     assert len(reasons) == 4, reasons
     assert "folder.toml: not a regular file" in reasons[0]
-    assert "huge.toml: larger than 64 KiB" in reasons[1]
-    assert "latin1.toml: not UTF-8 text (byte 11)" in reasons[2]
+    assert "huge.toml: not a theme: larger than 64 KiB" in reasons[1]
+    assert "latin1.toml:1: not UTF-8 text (byte 11)" in reasons[2]
     assert "pipe.toml: not a regular file" in reasons[3]
 
 
@@ -79,7 +79,7 @@ async def test_start_up_survives_bad_user_themes_whatever_the_theme(demo_hub: Hu
         await pilot.pause()
         assert app.theme == (wanted or "gpumix-dark")
         messages = [notification.message for notification in app._notifications]
-        assert any("broken.toml: not UTF-8 text (byte 0)" in message for message in messages), messages
+        assert any("broken.toml:1: not UTF-8 text (byte 0)" in message for message in messages), messages
         assert any("[x].toml: primary: not a colour: '[/x]'" in message for message in messages), messages
         assert "theme skipped" in screen_text(app)
 

@@ -16,6 +16,8 @@ from textual.color import Color, ColorParseError
 from textual.css.constants import VALID_STYLE_FLAGS
 from textual.theme import Theme
 
+from gpumix.wire.bounded_file import read_bounded_text
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -111,20 +113,10 @@ def parse_theme(text: str, source: str) -> Theme:
 
 
 def _read_user_theme(path: Path) -> str:
-    """The file's text; ValueError with one line when it cannot be a theme file."""
-    if not path.is_file():  # a directory or a FIFO named *.toml: never opened (a FIFO would block)
-        raise ValueError(f"{path}: not a regular file")
-    try:
-        with path.open("rb") as file:
-            data = file.read(MAX_THEME_BYTES + 1)
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read: {error.strerror}") from None
-    if len(data) > MAX_THEME_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_THEME_BYTES // 1024} KiB: not a theme")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    """The file's text; ValueError with one line when it cannot be a theme file (a directory, a FIFO
+    that would block start-up, an oversized file, text that is no UTF-8): the rigs' and power
+    configs' bounded reader."""
+    return read_bounded_text(path, MAX_THEME_BYTES, "theme")
 
 
 def load_themes(user_dir: Path | None = None) -> ThemeLoad:
