@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpumix.hub import Hub
-from gpumix.hub.server import HubServer
+from gpumix.hub.server import AGENT_READ_PAUSE_ENV, HubServer, agent_read_pause_s
 from gpumix.hw.hardware import Hardware
 from gpumix.wire import protocol
 from tests.conftest import FixedHostSampler
@@ -88,3 +88,17 @@ def test_without_the_pause_each_write_is_read_as_it_comes(served: tuple[Hub, Hub
     wait_until(lambda: steps_seen(hub) == list(range(WRITES)), 30, what="every step, in order")
     sock.close()
     assert len(reads) > 3, reads
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, 0.0), ("", 0.0), ("0.5", 0.5), (" 2 ", 2.0), ("0", 0.0)])
+def test_the_pause_is_off_unless_the_environment_asks(raw: str | None, expected: float) -> None:
+    environ = {} if raw is None else {AGENT_READ_PAUSE_ENV: raw}
+    assert agent_read_pause_s(environ) == expected
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-1", "9", "half", "\x1b[31m1"])
+def test_a_bad_pause_is_refused_in_one_line(raw: str, caplog: pytest.LogCaptureFixture) -> None:
+    assert agent_read_pause_s({AGENT_READ_PAUSE_ENV: raw}) == 0.0
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 1 and AGENT_READ_PAUSE_ENV in lines[0] and "\n" not in lines[0]
+    assert "\x1b" not in lines[0]  # the value is quoted (repr), never written raw

@@ -67,11 +67,30 @@ from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 
-# After an agent's message the hub stops reading its socket this long: the frames it writes meanwhile
+# After an agent's message the hub may stop reading its socket this long: the frames it writes meanwhile
 # (ten batches a second) wait in the kernel and arrive in one read, one wake-up of the loop, not one a
-# write. Steps show at most this much later (the snapshot ticks once a second); a flood fills the
-# kernel's buffer and blocks the agent's sender thread, never the hub.
-AGENT_READ_PAUSE_S = 0.5
+# write (about half the hub's CPU per rank, docs/benchmarks.md). Steps show at most this much later, the
+# last ones of an exiting rank too, so it is off by default; GPUMIX_HUB_AGENT_READ_PAUSE_S turns it on.
+# A flood fills the kernel's buffer and blocks the agent's sender thread, never the hub.
+AGENT_READ_PAUSE_ENV = "GPUMIX_HUB_AGENT_READ_PAUSE_S"
+MAX_AGENT_READ_PAUSE_S = 5.0
+
+
+def agent_read_pause_s(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
+    """The pause the environment asks for: 0 when unset; a value that is no number in [0, 5] s is
+    refused in one line and the pause stays off."""
+    raw = environ.get(AGENT_READ_PAUSE_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= MAX_AGENT_READ_PAUSE_S:  # NaN fails too
+        log.warning("hub: %s must be seconds from 0 to %g, got %r: the pause stays off", AGENT_READ_PAUSE_ENV,
+                    MAX_AGENT_READ_PAUSE_S, raw[:40])
+        return 0.0
+    return value
 
 
 
@@ -95,7 +114,7 @@ class HubServer:
         self._peer_credentials = peer_credentials  # injectable: tests cannot switch users
         self.hello_timeout_s = hello_timeout_s
         self.agent_idle_timeout_s = agent_idle_timeout_s
-        self.agent_read_pause_s = AGENT_READ_PAUSE_S  # 0: read each frame as it comes
+        self.agent_read_pause_s = agent_read_pause_s()  # 0: read each frame as it comes
         self.client_idle_timeout_s = client_idle_timeout_s
         self.max_unauthenticated = max_unauthenticated
         self.tcp_limit = 0  # set at start from the descriptor limit
