@@ -282,12 +282,15 @@ def main() -> None:
         rss_samples.append((time.monotonic() - wall_start, proc.memory_info().rss))
         read_honest_steps()
     final_ranks = read_honest_steps()
-    results = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in honest]
-    time.sleep(2.0)
-    read_honest_steps()
+    # Hostile traffic stops before the honest agents' last steps are counted: a hostile hello for
+    # (honest-0, rank 0) after that agent exited is, to the hub, its restart, and takes over its row
+    # (as a relaunched rank must); the count would then miss the last steps the hub did receive.
     stop.set()
     for thread in threads:
         thread.join(10)
+    results = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in honest]
+    time.sleep(2.0)
+    read_honest_steps()
     cpu_end = proc.cpu_times()
     wall_s = time.monotonic() - wall_start
     rss_end = proc.memory_info().rss
