@@ -18,7 +18,7 @@ from gpumix.tui.dialog import Dialog
 from gpumix.tui.snapshot_view import SnapshotView
 
 # Rich markup ([b]...[/b]); lines within 72 columns, so the box does not wrap them at 80x24.
-HELP_INTRO = "[b]gpumix-top[/b] — GPUs of a mixed box, their links and power, beside training."
+HELP_INTRO = "[b]gpumix-top[/b] — a mixed box's GPUs, links and power, beside training."
 HELP_VIEW_KEYS = """\
 [b]Keys[/b]
   ↑/↓ or j/k   select a GPU          enter   history charts of the GPU
