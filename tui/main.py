@@ -226,9 +226,9 @@ def run_app(source: Any, args: argparse.Namespace) -> int:
 
 def print_once(node: Node, as_json: bool, wait_for_ranks: int = 0) -> int:
     hub = node.hub
-    if hub.hardware.machine is None:  # real GPUs: one reading, PCIe rates from NVML's 20 ms window (issue 13)
-        hub.hardware.backend.instant_first_pcie = True
-        return print_snapshot(hub.tick(), as_json, text_summary)
+    snapshot = hub.tick_with_rates()  # real GPUs: one reading is enough
+    if snapshot is not None:
+        return print_snapshot(snapshot, as_json, text_summary)
     hub.tick()
     if wait_for_ranks:  # the demo ranks' first steps, a few seconds at most
         node.wait_for_ranks(wait_for_ranks, timeout_s=10.0)

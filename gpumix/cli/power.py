@@ -95,18 +95,12 @@ PowerSource = Source
 
 
 def local_source(hardware: Hardware, settle_s: float = 0.0) -> Hub:
-    """A hub in this process that has read the hardware once with PCIe rates in it.
-
-    PCIe rates are differences of two counter readings; a one-shot takes NVML's own 20 ms window
-    instead, for every GPU at once (issue 13: the 0.5 s between two readings was most of `doctor`'s
-    wall time). `settle_s` is kept for a world that moves only when ticked: its machine is stepped
-    between two readings as before."""
+    """A hub in this process that has read the hardware with PCIe rates in it: once on real GPUs
+    (Hub.tick_with_rates); a simulated world twice, settle_s apart (rates are differences)."""
     from gpumix.hub.core import Hub
 
     hub = Hub(hardware)
-    if hardware.machine is None:  # real GPUs: one reading, rates from NVML's window
-        hardware.backend.instant_first_pcie = True
-        hub.tick()
+    if hub.tick_with_rates() is not None:
         return hub
     hub.tick()
     if settle_s:
