@@ -33,12 +33,15 @@ class AutoReplan:
     # then every 100th: before step 100 a rank's compute and comm are the warm-up's.
     settle_steps: int = 120
     proposed: int = 0  # plans proposed so far (a refused or aborted restart counts too: no retry loop)
-    last_outcome: str = "not checked yet"  # why the last look proposed nothing (shown on failure)
     outcomes: deque[str] = field(default_factory=lambda: deque(maxlen=OUTCOMES_KEPT))  # the latest, changes only
     _next_check_s: float = -math.inf
 
+    @property
+    def last_outcome(self) -> str:
+        """What the last look found (why it proposed nothing, or the plan it proposed)."""
+        return self.outcomes[-1] if self.outcomes else "not checked yet"
+
     def _note(self, outcome: str) -> None:
-        self.last_outcome = outcome
         if not self.outcomes or self.outcomes[-1] != outcome:
             self.outcomes.append(outcome)
 
