@@ -88,6 +88,15 @@ def pin(cores: set[int]) -> None:
         os.sched_setaffinity(0, cores)
 
 
+def stop_agents(stop: Any, procs: list[Any]) -> None:
+    """Tell the agent processes to stop; one that does not within 5 s is killed."""
+    stop.set()
+    for proc in procs:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+
+
 def all_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
@@ -157,11 +166,7 @@ def bench_ingest(agents: int, seconds: float, warmup_s: float, hub_core: int, ag
         count1, t1 = received[0], time.perf_counter()
         cpu1 = time.process_time()
     finally:
-        stop.set()
-        for proc in procs:
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
+        stop_agents(stop, procs)
         server.stop()
         shutil.rmtree(folder, ignore_errors=True)
     rate = (count1 - count0) / (t1 - t0)
@@ -283,7 +288,7 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
              for rank in range(ranks)]
     result: dict[str, Any] = {"hub_command": shlex.join(hub_command), "ranks": ranks, "steps_per_s_per_rank": rate}
     try:
-        from gpumix.hub.server import hub_answers
+        from gpumix.hub.connections import hub_answers
 
         wait_until(lambda: hub.poll() is not None or hub_answers(path), 60, what="the hub's socket")
         if hub.poll() is not None:
@@ -310,11 +315,7 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
             "hub_rss_mb": round(meter.memory_info().rss / 1e6, 1),
         })
     finally:
-        stop.set()
-        for proc in procs:
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
+        stop_agents(stop, procs)
         if hub.poll() is None:
             hub.send_signal(signal.SIGTERM)
             try:

@@ -77,7 +77,6 @@ TRAINING_WIDE_COLUMNS = (
 )
 VIEWS = {"hardware": HARDWARE_COLUMNS, "training": TRAINING_COLUMNS}
 WIDE_VIEWS = {"hardware": HARDWARE_WIDE_COLUMNS, "training": TRAINING_WIDE_COLUMNS}
-COLUMNS = HARDWARE_COLUMNS
 THROTTLE_SHORT = {"power cap": "pwr", "SW thermal": "thm", "HW thermal": "thm", "HW slowdown": "hw", "power brake": "brk", "idle": "idle"}
 
 
