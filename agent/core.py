@@ -6,51 +6,39 @@ preallocated ring (agent/step_ring.py). Everything else happens on the sender th
 second: the step's message built (values a GPU synchronisation would read now, like a CUDA loss, are
 read once computed), the allocator and process figures, the encoding and the writes. Each step is
 collected once the next step has ended (annotate_last may still set its values), or up to
-MAX_DEFERRED_STEPS later while its CUDA values are not computed yet.
-
-The message follows the step contract (gpumix/wire/snapshot_types.py): every number of
-STEP_NUMBER_RANGES that the agent does not measure or hold itself is one the script sets on its step
-record, so a number added to the contract is taken from the record and sent with no change here.
+MAX_DEFERRED_STEPS later while its CUDA values are not computed yet. The step record and the fields'
+sources: agent/step_record.py.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
-from gpumix.agent import launcher_env
+from gpumix.agent import identity, launcher_env
 from gpumix.agent.amp import AmpWatch
-from gpumix.agent.lazy import LazyScalar, PinnedPool
+from gpumix.agent.lazy import PinnedPool, computed, initialized_device, use_device
 from gpumix.agent.process_figures import ProcessFigures
-from gpumix.agent.restart import RestartControl
+from gpumix.agent.restart import RestartControl, load_run_plan
 from gpumix.agent.sender import Sender
+from gpumix.agent.step_record import (  # noqa: F401  (re-exported: the agent's names, as before)
+    AMP_FIELDS,
+    MEASURED,
+    RECORD_NUMBERS,
+    SETTINGS,
+    STEP_HEAD,
+    StepContext,
+    StepRecord,
+    record_numbers,
+)
 from gpumix.agent.step_ring import StepRing
-from gpumix.agent.values import Coerced, NotANumber, coerce, read
-from gpumix.wire.plan_file import PLAN_ENV, RunPlan, load_plan
-from gpumix.wire.snapshot_types import STEP_NUMBER_RANGES
+from gpumix.agent.values import Coerced, NotANumber, Setting, coerce, read
 
 log = logging.getLogger("gpumix.agent")
-# Who fills each field of the step message (StepMessage, gpumix/wire/snapshot_types.py):
-STEP_HEAD = ("type", "step", "step_time_s")  # the agent, from its clock
-MEASURED = ("t", "data_wait_s", "dropped", "cpu_pct", "rss_bytes",  # the agent, from its clock and counters,
-            "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes")  # the process and the allocator
-SETTINGS = ("micro_batch", "accumulation_steps", "gradient_bytes", "dp_devices")  # set once on the agent
-AMP_FIELDS = ("amp_autocast", "amp_dtype", "amp_skipped_steps")  # watch_amp (AmpWatch.fields)
-
-
-def record_numbers(ranges: dict[str, tuple[float, float]]) -> tuple[str, ...]:
-    """The contract's numbers the script sets on its step record (a Python number, numpy scalar or
-    tensor): all but those the agent measures or holds."""
-    return tuple(name for name in ranges if name not in MEASURED + SETTINGS + AMP_FIELDS)
-
-
-RECORD_NUMBERS = record_numbers(STEP_NUMBER_RANGES)  # samples, tokens, loss, lr, forward_s, ..., loss_scale
 # A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
 # to this many steps, then goes without them: its record is never read with a synchronisation.
 # The sender thread collects steps every PERIOD_S (agent/sender.py): the DeepSpeed probe keeps its
@@ -61,63 +49,20 @@ MAX_DEFERRED_STEPS = 6
 CommProbe = Callable[[int], "float | None"]
 
 
-class StepRecord:
-    """What `with agent.step(...) as step:` hands out: set loss, lr, tokens, phase times on it.
-
-    The script may set numbers, numpy scalars or tensors (a CUDA tensor is read once computed,
-    no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py)."""
-
-    # Every number of RECORD_NUMBERS is an attribute, None until set (class defaults below: nothing
-    # per step). comm_s: set by an integration, else from the comm probes; loss_scale: the GradScaler's
-    # scale after this step (watch_amp), read once computed.
-    loss: Any
-    lr: Any
-    forward_s: Any
-    backward_s: Any
-    optimizer_s: Any
-    comm_s: Any
-    loss_scale: Any
-
-    def __init__(self, index: int, samples: Any, tokens: Any) -> None:
-        self.index = index
-        self.samples = samples
-        self.tokens = tokens
-        self.begin_s = time.perf_counter()
-        self.end_s: float | None = None
-        self.step_time_s: float | None = None  # previous step's end to this one's end
-        self.data_wait_s: float | None = None  # previous step's end to this one's begin
-
-
-for _name in RECORD_NUMBERS:
-    setattr(StepRecord, _name, None)
-
-
-class _StepContext:
-    __slots__ = ("agent", "record")
-
-    def __init__(self, agent: Agent, record: StepRecord) -> None:
-        self.agent = agent
-        self.record = record
-
-    def __enter__(self) -> StepRecord:
-        return self.record
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
-        if kind is None:  # a step that raised is the script's business, not a step to report
-            self.agent.step_end(self.record)
-
-
 class Agent:
+    # numbers the script or an integration sets once, coerced on assignment (gradient_bytes: watch_ddp's,
+    # what the planner's all-reduce moves)
+    micro_batch = Setting()
+    accumulation_steps = Setting()
+    gradient_bytes = Setting()
+
     def __init__(self, address: str, job: str | None = None, cuda_device: int | None = None,
                  gpu_uuid: str | None = None, max_messages: int = 1024) -> None:
         self.rank, self.local_rank, self.world_size = launcher_env.rank_from_env()
         self.job = job or os.environ.get("GPUMIX_JOB") or os.environ.get("TORCHELASTIC_RUN_ID")
         self.cuda_device = cuda_device if cuda_device is not None else (self.local_rank or 0)
         self.nvml_index, env_uuid = launcher_env.physical_gpu(self.cuda_device)
-        self.gpu_uuid = gpu_uuid or os.environ.get("GPUMIX_GPU_UUID") or env_uuid or self._torch_uuid()
-        self._micro_batch: int | float | None = None
-        self._accumulation_steps: int | float | None = None
-        self._gradient_bytes: int | float | None = None
+        self.gpu_uuid = gpu_uuid or os.environ.get("GPUMIX_GPU_UUID") or env_uuid or identity.torch_uuid(self.cuda_device)
         self._amp: AmpWatch | None = None  # watch_amp: autocast's dtype and the GradScaler
         self._dp_devices: int | None = None  # watch_model: a DataParallel wrapper's device count
         self.comm_probes: list[CommProbe] = []
@@ -131,76 +76,21 @@ class Agent:
         # and for its CUDA values, at most MAX_DEFERRED_STEPS steps
         self._ring = StepRing(max_messages)
         self._wall_offset_s = time.time() - time.perf_counter()  # a step's wall clock, from its perf_counter end
-        self._cuda = self._uses_cuda()
+        self._cuda = identity.uses_cuda()
         self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
         self._figures = ProcessFigures(self._cuda, self.cuda_device)  # allocator and process, once a second
         self._warned = False
         self.restart = RestartControl(self.rank)
         self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does
-        self.plan = _load_plan()
+        self.plan = load_run_plan()
         self.sender = Sender(address, self._hello, max_messages=max_messages, collect=self._collect,
                              pending=lambda: self._ring.pending)
 
-    # -- identity ---------------------------------------------------------------
-
-    def _uses_cuda(self) -> bool:
-        torch = sys.modules.get("torch")
-        try:
-            return bool(torch is not None and torch.cuda.is_available())
-        except Exception:
-            return False
-
-    def _torch_uuid(self) -> str | None:
-        if not self._uses_cuda():
-            return None
-        try:
-            uuid = str(sys.modules["torch"].cuda.get_device_properties(self.cuda_device).uuid)
-        except Exception:
-            return None
-        return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-
     def _hello(self) -> dict[str, Any]:
-        hostname = socket.gethostname()
-        # The launch this process belongs to: the hub keys ranks by (job, run id, rank), so two launches
-        # never share a row. torchrun's run id (its default "none" is shared by every launch: then
-        # torchrun's agent, our parent, names it); else $GPUMIX_RUN_ID; else this process alone.
-        run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("GPUMIX_RUN_ID") or f"pid-{os.getpid()}@{hostname}"
-        if run_id == "none" and "TORCHELASTIC_RUN_ID" in os.environ:
-            run_id = f"torchrun-{os.getppid()}@{hostname}"
-        return {
-            "type": "hello", "role": "agent", "rank": self.rank, "local_rank": self.local_rank,
-            "world_size": self.world_size, "pid": os.getpid(), "hostname": hostname,
-            "gpu_uuid": self.gpu_uuid, "nvml_index": self.nvml_index, "job": self.job, "run_id": run_id[:128],
-            "env": launcher_env.nccl_environment(), "versions": launcher_env.versions(),
-        }
+        return identity.hello(self.rank, self.local_rank, self.world_size, self.gpu_uuid, self.nvml_index, self.job)
 
-    # -- numbers the script or an integration sets once (coerced on assignment) ---------
-
-    @property
-    def micro_batch(self) -> int | float | None:
-        return self._micro_batch
-
-    @micro_batch.setter
-    def micro_batch(self, value: Any) -> None:
-        self._micro_batch = self._setting("micro_batch", value)
-
-    @property
-    def accumulation_steps(self) -> int | float | None:
-        return self._accumulation_steps
-
-    @accumulation_steps.setter
-    def accumulation_steps(self, value: Any) -> None:
-        self._accumulation_steps = self._setting("accumulation_steps", value)
-
-    @property
-    def gradient_bytes(self) -> int | float | None:
-        """Set by watch_ddp: what the planner's all-reduce moves."""
-        return self._gradient_bytes
-
-    @gradient_bytes.setter
-    def gradient_bytes(self, value: Any) -> None:
-        self._gradient_bytes = self._setting("gradient_bytes", value)
+    # -- what the script or an integration declares once ------------------------------
 
     def watch_amp(self, scaler: Any = None, dtype: Any = None) -> None:
         """Declare the step's precision: autocast's dtype (torch.float16, torch.bfloat16, or None for
@@ -235,9 +125,9 @@ class Agent:
 
     # -- steps --------------------------------------------------------------------
 
-    def step(self, samples: Any = None, tokens: Any = None) -> _StepContext:
+    def step(self, samples: Any = None, tokens: Any = None) -> StepContext:
         """`with agent.step(samples=len(batch)) as s: ...; s.loss = loss`."""
-        return _StepContext(self, self.step_begin(samples, tokens))
+        return StepContext(self, self.step_begin(samples, tokens))
 
     def step_begin(self, samples: Any = None, tokens: Any = None) -> StepRecord:
         record = StepRecord(self.steps, samples, tokens)
@@ -270,7 +160,7 @@ class Agent:
         self.steps = record.index + 1
         self._last = record
         if self._steps_device is None and self._cuda:
-            self._steps_device = _initialized_device()
+            self._steps_device = initialized_device()
         self._ring.put(record)  # the sender thread takes it from here
 
     # -- the sender thread's side ----------------------------------------------------
@@ -280,11 +170,11 @@ class Agent:
         A step is ready once a newer one ended and its CUDA values are computed, or MAX_DEFERRED_STEPS
         newer steps ended. final: every step, the last one too, CUDA values waited for."""
         if self._steps_device is not None and not self._sender_on_device:
-            self._sender_on_device = _use_device(self._steps_device)
+            self._sender_on_device = use_device(self._steps_device)
         ring, messages = self._ring, []
         while (record := ring.oldest(keep=0 if final else 1)) is not None:
             newer = ring.written - 1 - ring.taken
-            if not final and newer <= MAX_DEFERRED_STEPS and not _computed(record):
+            if not final and newer <= MAX_DEFERRED_STEPS and not computed(getattr(record, name, None) for name in RECORD_NUMBERS):
                 break  # in order: the later steps wait behind it
             ring.take()
             messages.append(self._message(record, wait=final))
@@ -370,42 +260,3 @@ class Agent:
     def close(self, timeout_s: float = 2.0) -> None:
         """Collect every step (the last one too) and send what is queued, then stop the sender."""
         self.sender.close(timeout_s)
-
-
-def _initialized_device() -> int | None:
-    """The training thread's current CUDA device, once CUDA is initialized (asking earlier would
-    initialize it in a script that may not use the GPU)."""
-    torch = sys.modules.get("torch")
-    try:
-        return torch.cuda.current_device() if torch is not None and torch.cuda.is_initialized() else None
-    except Exception:
-        return None
-
-
-def _use_device(index: int) -> bool:
-    """On the sender thread, before its first CUDA call (an event query, the allocator's figures): a
-    new thread's current device is 0, where a rank of another GPU would get a CUDA context of its own."""
-    try:
-        sys.modules["torch"].cuda.set_device(index)
-    except Exception:
-        log.warning("gpumix agent: the sender thread cannot use CUDA device %s", index, exc_info=True)
-    return True  # once: a failure would fail again
-
-
-def _computed(record: StepRecord) -> bool:
-    """Every CUDA value of the step is computed (a cheap event query each, no sync)."""
-    return all(value.ready() for name in RECORD_NUMBERS
-               if isinstance(value := getattr(record, name, None), LazyScalar))
-
-
-def _load_plan() -> RunPlan | None:
-    """This run's plan (GPUMIX_PLAN), when a supervisor gave one."""
-    path = os.environ.get(PLAN_ENV)
-    if not path:
-        return None
-    try:
-        return load_plan(path)
-    except (OSError, ValueError, KeyError, TypeError):
-        log.warning("gpumix agent: cannot read the plan %s; running without one", path, exc_info=True)
-        return None
-

@@ -8,8 +8,12 @@ is skipped rather than waited for.
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Iterable
 from typing import Any
+
+log = logging.getLogger("gpumix.agent")
 
 
 class LazyScalar:
@@ -86,3 +90,28 @@ class PinnedPool:
         buffer = self._buffers[self._next]
         self._next = (self._next + 1) % self.size
         return buffer
+
+
+def computed(values: Iterable[Any]) -> bool:
+    """Every CUDA value among `values` is computed (a cheap event query each, no sync)."""
+    return all(value.ready() for value in values if isinstance(value, LazyScalar))
+
+
+def initialized_device() -> int | None:
+    """The calling thread's current CUDA device, once CUDA is initialized (asking earlier would
+    initialize it in a script that may not use the GPU)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch.cuda.current_device() if torch is not None and torch.cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+def use_device(index: int) -> bool:
+    """On the sender thread, before its first CUDA call (an event query, the allocator's figures): a
+    new thread's current device is 0, where a rank of another GPU would get a CUDA context of its own."""
+    try:
+        sys.modules["torch"].cuda.set_device(index)
+    except Exception:
+        log.warning("gpumix agent: the sender thread cannot use CUDA device %s", index, exc_info=True)
+    return True  # once: a failure would fail again

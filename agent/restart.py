@@ -21,7 +21,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpumix.wire.plan_file import CONTROL_DIR_ENV, RESUME_STEP_ENV, read_json, write_json
+from gpumix.wire.plan_file import (
+    CONTROL_DIR_ENV,
+    PLAN_ENV,
+    RESUME_STEP_ENV,
+    RunPlan,
+    load_plan,
+    read_json,
+    write_json,
+)
 
 log = logging.getLogger("gpumix.agent")
 DECISION_TIMEOUT_S = 300.0
@@ -86,3 +94,15 @@ class RestartControl:
             time.sleep(POLL_S)
         log.warning("gpumix: no decision from the supervisor; the run goes on")
         return False
+
+
+def load_run_plan() -> RunPlan | None:
+    """This run's plan (GPUMIX_PLAN), when a supervisor gave one."""
+    path = os.environ.get(PLAN_ENV)
+    if not path:
+        return None
+    try:
+        return load_plan(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("gpumix agent: cannot read the plan %s; running without one", path, exc_info=True)
+        return None

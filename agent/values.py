@@ -70,3 +70,23 @@ def _plain(item: Any, what: str) -> int | float:
 def read(value: Coerced, wait: bool = False) -> int | float | None:
     """The number now (a LazyScalar whose copy has not finished yet reads None, unless wait)."""
     return value.read(wait) if isinstance(value, LazyScalar) else value
+
+
+def on_gpu(value: Any) -> bool:
+    """A CUDA tensor: reading it now would wait for the GPU, copying it costs a launch (cheap to ask)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor) and value.is_cuda
+
+
+class Setting:
+    """A number set once on the agent, not per step (micro_batch, ...): coerced on assignment, a CUDA
+    tensor read now, a value that is no number None (owner._setting warns once)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, owner: Any, kind: type | None = None) -> Any:
+        return self if owner is None else owner.__dict__.get(self.name)
+
+    def __set__(self, owner: Any, value: Any) -> None:
+        owner.__dict__[self.name] = owner._setting(self.name, value)

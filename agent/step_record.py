@@ -1,0 +1,81 @@
+"""What a step is on the training thread: the record `with agent.step(...) as step:` hands out, and
+who fills each field of the step message.
+
+The message follows the step contract (gpumix/wire/snapshot_types.py): every number of
+STEP_NUMBER_RANGES that the agent does not measure or hold itself is one the script sets on its step
+record, so a number added to the contract is taken from the record and sent with no change here.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any, Protocol
+
+from gpumix.wire.snapshot_types import STEP_NUMBER_RANGES
+
+# Who fills each field of the step message (StepMessage, gpumix/wire/snapshot_types.py):
+STEP_HEAD = ("type", "step", "step_time_s")  # the agent, from its clock
+MEASURED = ("t", "data_wait_s", "dropped", "cpu_pct", "rss_bytes",  # the agent, from its clock and counters,
+            "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes")  # the process and the allocator
+SETTINGS = ("micro_batch", "accumulation_steps", "gradient_bytes", "dp_devices")  # set once on the agent
+AMP_FIELDS = ("amp_autocast", "amp_dtype", "amp_skipped_steps")  # watch_amp (AmpWatch.fields)
+
+
+def record_numbers(ranges: dict[str, tuple[float, float]]) -> tuple[str, ...]:
+    """The contract's numbers the script sets on its step record (a Python number, numpy scalar or
+    tensor): all but those the agent measures or holds."""
+    return tuple(name for name in ranges if name not in MEASURED + SETTINGS + AMP_FIELDS)
+
+
+RECORD_NUMBERS = record_numbers(STEP_NUMBER_RANGES)  # samples, tokens, loss, lr, forward_s, ..., loss_scale
+
+
+class StepRecord:
+    """What `with agent.step(...) as step:` hands out: set loss, lr, tokens, phase times on it.
+
+    The script may set numbers, numpy scalars or tensors (a CUDA tensor is read once computed,
+    no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py)."""
+
+    # Every number of RECORD_NUMBERS is an attribute, None until set (class defaults below: nothing
+    # per step). comm_s: set by an integration, else from the comm probes; loss_scale: the GradScaler's
+    # scale after this step (watch_amp), read once computed.
+    loss: Any
+    lr: Any
+    forward_s: Any
+    backward_s: Any
+    optimizer_s: Any
+    comm_s: Any
+    loss_scale: Any
+
+    def __init__(self, index: int, samples: Any, tokens: Any) -> None:
+        self.index = index
+        self.samples = samples
+        self.tokens = tokens
+        self.begin_s = time.perf_counter()
+        self.end_s: float | None = None
+        self.step_time_s: float | None = None  # previous step's end to this one's end
+        self.data_wait_s: float | None = None  # previous step's end to this one's begin
+
+
+for _name in RECORD_NUMBERS:
+    setattr(StepRecord, _name, None)
+
+
+class _EndsSteps(Protocol):
+    def step_end(self, record: StepRecord) -> None: ...
+
+
+class StepContext:
+    __slots__ = ("agent", "record")
+
+    def __init__(self, agent: _EndsSteps, record: StepRecord) -> None:
+        self.agent = agent
+        self.record = record
+
+    def __enter__(self) -> StepRecord:
+        return self.record
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        if kind is None:  # a step that raised is the script's business, not a step to report
+            self.agent.step_end(self.record)
