@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -333,7 +334,7 @@ def test_run_kill_grace_reaches_the_supervisor(monkeypatch: pytest.MonkeyPatch) 
             pass
 
     monkeypatch.setattr(gpumix.run.supervisor, "Supervisor", Recording)
-    monkeypatch.setattr(cli.signal, "signal", lambda *_: None)  # keep pytest's own Ctrl+C handler
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # keep pytest's own Ctrl+C handler
     assert cli.main(["run", "--kill-grace", "2.5", "--", "true"]) == 0
     assert given["kill_grace_s"] == 2.5
 

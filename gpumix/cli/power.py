@@ -1,4 +1,4 @@
-"""`gpumix power` and `gpumix doctor`: power caps and the advisor, for scripts."""
+"""`gpumix power`: power caps for scripts (show, set, reset, fit, profile)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from gpumix.cli.common import (
 from gpumix.power import profile  # light: its bounds and defaults are in the flags' help
 from gpumix.wire.snapshot_types import Snapshot, Source
 
-# The hub and the advisor load when used: building `gpumix`'s parsers, or `power show` attached to
-# a running hub, needs neither (issue 13).
+# The hub loads when used: building `gpumix`'s parsers, or `power show` attached to a running hub,
+# does not need it (issue 13).
 if TYPE_CHECKING:
     from gpumix.hub.core import Hub
     from gpumix.hw.hardware import Hardware
@@ -90,7 +90,7 @@ def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace)
             parser.error(f"argument {flag}: only `gpumix power profile` takes it, not `{args.action}`")
 
 
-# Where power and doctor read and act: the running hub (a HubClient), or one in this process.
+# Where power (and doctor) read and act: the running hub (a HubClient), or one in this process.
 PowerSource = Source
 
 
@@ -253,22 +253,3 @@ def print_fit(fit: dict[str, Any], as_json: bool, dry_run: bool) -> None:
           + (" (dry run: nothing changed)" if dry_run else ""))
     for p in fit["gpus"]:
         print(f"  GPU {p['index']} {p['tier']:<14} {p['old_w']:>5.0f} -> {p['new_w']:>5.0f} W  {p['reason']}")
-
-
-def run_doctor(args: argparse.Namespace, source: PowerSource) -> int:
-    from gpumix.advice.advisor import AdvisorSettings, exit_code, findings
-
-    snapshot = read_snapshot(source)
-    host = snapshot.get("host") or {}
-    settings = AdvisorSettings(power_budget_w=getattr(args, "power_budget", None) or snapshot.get("power_budget_w"),
-                               has_infiniband=bool(host.get("infiniband")),
-                               **({"p2p_4090_min_driver": args.min_4090_p2p_driver} if args.min_4090_p2p_driver else {}))
-    found = findings(snapshot, settings)
-    if args.json:
-        print(json.dumps({"exit_code": exit_code(found), "findings": [f.to_json() for f in found]}, indent=1))
-    else:
-        if not found:
-            print("healthy: no findings")
-        for finding in found:
-            print(f"[{finding.severity}] {finding.title}\n    evidence: {finding.evidence}\n    fix: {finding.fix}")
-    return exit_code(found)

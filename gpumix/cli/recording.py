@@ -1,16 +1,23 @@
-"""The command-line side of recording, export and Prometheus (`gpumix hub`, `gpumix export`, `gpumix-top`)."""
+"""The command-line side of recording, export and Prometheus (`gpumix hub`, `gpumix export`, `gpumix-top`).
+
+The recorder (sqlite3 and its schema) loads when a flag is used, not to build the parsers: a one-shot
+attached to a running hub never records (issue 13)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumix.cli.common import fail
-from gpumix.record.recorder import DEFAULT_MAX_BYTES, Recorder, RecordingError, parse_size
+
+if TYPE_CHECKING:
+    from gpumix.record.recorder import Recorder
 
 
 def size_arg(text: str) -> int:
+    from gpumix.record.recorder import parse_size
+
     try:
         return parse_size(text)
     except ValueError as error:
@@ -28,6 +35,8 @@ def resolve_record_flags(prog: str, args: argparse.Namespace) -> None:
     if args.record_max_size is not None and not args.record:
         fail(prog, "--record-max-size needs --record FILE")
     if args.record_max_size is None:
+        from gpumix.record.recorder import DEFAULT_MAX_BYTES
+
         args.record_max_size = DEFAULT_MAX_BYTES
 
 
@@ -48,6 +57,7 @@ def add_export_parser(commands: Any) -> None:
 
 def run_export(prog: str, args: argparse.Namespace) -> int:
     from gpumix.record.export import export_csv, export_parquet, parquet_available
+    from gpumix.record.recorder import RecordingError
 
     if args.parquet and not parquet_available():
         fail(prog, "--parquet needs pyarrow: pip install 'gpumix-top[parquet]' (or use --csv)")
@@ -63,6 +73,8 @@ def start_recording(prog: str, args: argparse.Namespace, hub: Any) -> Recorder |
     """A recorder on `hub` when --record was given; a one-line error if the file cannot be used."""
     if not getattr(args, "record", None):
         return None
+    from gpumix.record.recorder import Recorder, RecordingError
+
     try:
         return Recorder(args.record, max_bytes=args.record_max_size).attach(hub)
     except (RecordingError, OSError) as error:
