@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from gpumix.hub import Hub
-from gpumix.hub.server import AGENT_READ_PAUSE_ENV, HubServer, agent_read_pause_s
+from gpumix.hub.agent_stream import AGENT_READ_PAUSE_ENV, agent_read_pause_s
+from gpumix.hub.server import HubServer
 from gpumix.hw.hardware import Hardware
 from gpumix.wire import protocol
 from tests.conftest import FixedHostSampler

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gpumix.agent import Agent
-from gpumix.hub import Hub
+from gpumix.hub import Hub, agent_stream
 from gpumix.hub import server as server_module
 from gpumix.hub.client import HubClient
 from gpumix.hub.server import LOG_LINES_PER_INTERVAL, HubServer, RateLimitedLog
@@ -290,7 +290,7 @@ def test_garbage_logs_a_few_lines_and_a_count(demo_hardware: Any, folder: str, c
     def broken_parse_step(message: dict[str, Any]) -> dict[str, Any]:
         raise KeyError("a validation bug that a peer's frame reaches")
 
-    monkeypatch.setattr(server_module, "parse_step", broken_parse_step)
+    monkeypatch.setattr(agent_stream, "parse_step", broken_parse_step)
     server = start_server(demo_hardware, folder)
     garbage = [protocol.HEADER.pack(7) + b"notjson", protocol.HEADER.pack(1 << 30),
                protocol.encode({"type": "hello", "role": "nobody"}),

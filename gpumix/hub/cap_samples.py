@@ -7,7 +7,7 @@ under one of them, so each figure is a median of the last steps at that cap.
 
 Bounded: MAX_GPUS GPUs, MAX_KEYS_PER_GPU (split, cap) pairs per GPU (the least recently seen goes
 first), STEPS_PER_KEY steps each; a pair not seen for MAX_AGE_S is forgotten (another load on the
-GPU, or another model, may run by then).
+GPU, or another model, may run by then): at each tick and each view, not at each step (issue 13).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ class CapSamples:
         if not (_finite(cap_w, 1.0, 10_000.0) and _finite(samples, 1.0, 1e7) and _finite(compute_s, 0.0, 1e6)
                 and _finite(step_s, 1e-9, 1e6)) or compute_s <= 0:
             return
-        self._expire(now_s)
         gpu = self._by_gpu.get(uuid)
         if gpu is None:
             if len(self._by_gpu) >= MAX_GPUS:
@@ -57,6 +56,9 @@ class CapSamples:
         self._by_gpu.move_to_end(uuid)
         key = (int(samples), round(cap_w / CAP_RESOLUTION_W) * CAP_RESOLUTION_W)
         entry = gpu.get(key)
+        if entry is not None and now_s - entry.last_seen_s > MAX_AGE_S:  # what expire() would have dropped
+            del gpu[key]
+            entry = None
         if entry is None:
             if len(gpu) >= MAX_KEYS_PER_GPU:
                 gpu.popitem(last=False)
@@ -66,7 +68,9 @@ class CapSamples:
         entry.step_s.append(step_s)
         entry.last_seen_s = now_s
 
-    def _expire(self, now_s: float) -> None:
+    def expire(self, now_s: float) -> None:
+        """Forget the pairs not seen for MAX_AGE_S (the hub calls it each tick, not each step: a stale
+        pair a step touches is reset there, and view() expires first, so what shows is the same)."""
         for uuid in list(self._by_gpu):
             gpu = self._by_gpu[uuid]
             for key in [k for k, e in gpu.items() if now_s - e.last_seen_s > MAX_AGE_S]:
@@ -77,7 +81,7 @@ class CapSamples:
     def view(self, now_s: float) -> dict[str, list[dict[str, Any]]]:
         """uuid -> [{cap_w, samples, compute_s, samples_per_s, steps, age_s}], figures with MIN_STEPS
         steps or more: the power fit's input (gpumix.power.budget.gpu_power_from_snapshot)."""
-        self._expire(now_s)
+        self.expire(now_s)
         result: dict[str, list[dict[str, Any]]] = {}
         for uuid, gpu in self._by_gpu.items():
             rows = []

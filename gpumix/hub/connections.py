@@ -14,10 +14,10 @@ import resource
 import socket
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gpumix.wire import auth, protocol
 from gpumix.wire.protocol import ProtocolError
@@ -32,6 +32,7 @@ LOG_LINES_PER_INTERVAL = 5
 LOG_INTERVAL_S = 10.0
 MAX_ERROR_TEXT = 200  # characters of a reason sent back to a peer
 LINGER_S = 0.5  # after a refusal, how long the peer's unread frames are drained so the refusal arrives
+T = TypeVar("T")
 
 
 async def read_message(reader: asyncio.StreamReader, allowed: set[str]) -> dict[str, Any]:
@@ -63,11 +64,24 @@ class Silent(ProtocolError):
 
 async def read_within(reader: asyncio.StreamReader, allowed: set[str], timeout_s: float, why: str) -> dict[str, Any]:
     """The next message, or Silent(why) after timeout_s."""
+    return await _within(read_message(reader, allowed), timeout_s, why)
+
+
+async def bytes_within(reader: asyncio.StreamReader, most: int, timeout_s: float, why: str) -> bytes:
+    """What the peer has sent, up to `most` bytes, as soon as there is any; Silent(why) after
+    timeout_s; IncompleteReadError at its end (as read_message's)."""
+    data = await _within(reader.read(most), timeout_s, why)
+    if not data:
+        raise asyncio.IncompleteReadError(b"", None)
+    return data
+
+
+async def _within(awaitable: Awaitable[T], timeout_s: float, why: str) -> T:
     try:
         if hasattr(asyncio, "timeout"):  # 3.11: no task per message (wait_for makes one)
             async with asyncio.timeout(timeout_s):
-                return await read_message(reader, allowed)
-        return await asyncio.wait_for(read_message(reader, allowed), timeout_s)
+                return await awaitable
+        return await asyncio.wait_for(awaitable, timeout_s)
     except (asyncio.TimeoutError, TimeoutError) as error:
         if getattr(error, "errno", None) == errno.ETIMEDOUT:  # the kernel's keepalive gave up, not our timer
             raise Silent("the peer stopped answering (TCP keepalive)") from None

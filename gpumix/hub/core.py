@@ -135,6 +135,7 @@ class Hub:
         snapshot["power_layout"] = self.hardware.power_layout
         with self._lock:
             self._expire(self._clock())
+            self.cap_samples.expire(self._clock())
             self.history.add(samples)
             self._snapshot = snapshot
             self._caps_w = {gpu["uuid"]: gpu.get("power_cap_w") for gpu in snapshot["gpus"]}
@@ -226,9 +227,16 @@ class Hub:
             return key
 
     def agent_step(self, key: RankKey, step: dict[str, Any]) -> None:
+        self.agent_steps(key, [step])
+
+    def agent_steps(self, key: RankKey, steps: list[dict[str, Any]]) -> None:
+        """The steps one read of the agent's socket brought (gpumix.hub.agent_stream), in order: one
+        lock and one clock reading for them all."""
         with self._lock:
-            if self._intake.step(key, step, self._clock(), self._caps_w):
-                self._ranks_changed = True
+            now_s = self._clock()
+            for step in steps:
+                if self._intake.step(key, step, now_s, self._caps_w):
+                    self._ranks_changed = True
 
     def agent_transport(self, key: RankKey, channels: list[dict[str, Any]]) -> None:
         with self._lock:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumix.hub.agent_stream import agent_read_pause_s, serve_agent
 from gpumix.hub.connections import (  # noqa: F401  (re-exported: tests and callers import them from here)
     ACCEPT_RETRY_S,
     AGENT_IDLE_TIMEOUT_S,
@@ -60,39 +61,12 @@ from gpumix.hub.connections import (  # noqa: F401  (re-exported: tests and call
 )
 from gpumix.hub.core import Hub, RankKey
 from gpumix.hub.keepalive import enable_keepalive
-from gpumix.hub.ranks import parse_hello, parse_step, parse_transport
+from gpumix.hub.ranks import parse_hello
 from gpumix.hub.requests import answer
 from gpumix.wire import auth, protocol
 from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
-
-# After an agent's message the hub may stop reading its socket this long: the frames it writes meanwhile
-# (ten batches a second) wait in the kernel and arrive in one read, one wake-up of the loop, not one a
-# write (about half the hub's CPU per rank, docs/benchmarks.md). Steps show at most this much later, the
-# last ones of an exiting rank too, so it is off by default; GPUMIX_HUB_AGENT_READ_PAUSE_S turns it on.
-# A flood fills the kernel's buffer and blocks the agent's sender thread, never the hub.
-AGENT_READ_PAUSE_ENV = "GPUMIX_HUB_AGENT_READ_PAUSE_S"
-MAX_AGENT_READ_PAUSE_S = 5.0
-
-
-def agent_read_pause_s(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
-    """The pause the environment asks for: 0 when unset; a value that is no number in [0, 5] s is
-    refused in one line and the pause stays off."""
-    raw = environ.get(AGENT_READ_PAUSE_ENV, "").strip()
-    if not raw:
-        return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= MAX_AGENT_READ_PAUSE_S:  # NaN fails too
-        log.warning("hub: %s must be seconds from 0 to %g, got %r: the pause stays off", AGENT_READ_PAUSE_ENV,
-                    MAX_AGENT_READ_PAUSE_S, raw[:40])
-        return 0.0
-    return value
-
-
 
 class HubServer:
     def __init__(self, hub: Hub, socket_path: str | Path, tcp: tuple[str, int] | None = None,
@@ -337,28 +311,8 @@ class HubServer:
 
     async def _serve_agent(self, reader: asyncio.StreamReader, key: RankKey,
                            transport: asyncio.BaseTransport) -> None:
-        idle = f"silent for {self.agent_idle_timeout_s:g} s (the agent reconnects at its next step)"
-        loop = asyncio.get_running_loop()
-        pausable = isinstance(transport, asyncio.ReadTransport)
-        try:
-            while True:
-                message = await read_within(reader, protocol.AGENT_TYPES, self.agent_idle_timeout_s, idle)
-                if self.agent_read_pause_s > 0 and pausable and transport.is_reading():  # type: ignore[attr-defined]
-                    # the frames already read are handled below; the next ones wait in the kernel's buffer
-                    transport.pause_reading()  # type: ignore[attr-defined]
-                    loop.call_later(self.agent_read_pause_s, transport.resume_reading)  # type: ignore[attr-defined]
-                kind = message["type"]
-                if kind == "step":
-                    self.hub.agent_step(key, parse_step(message))
-                elif kind == "transport":
-                    self.hub.agent_transport(key, parse_transport(message))
-                elif kind == "bye":
-                    return
-                else:
-                    raise ProtocolError(f"unexpected {kind!r} from an agent")
-        finally:  # a refusal reads the agent's last frames until it closes (tell): not after a pause
-            if pausable:
-                transport.resume_reading()  # type: ignore[attr-defined]
+        await serve_agent(reader, self.hub, key, transport, self.agent_idle_timeout_s,
+                          lambda: self.agent_read_pause_s)  # read at each read: tests change it live
 
     def _refuse(self, request: dict[str, Any], reason: str) -> dict[str, Any]:
         self.log_limiter.warning(f"hub: refused a {request.get('type')} control: {reason}")
