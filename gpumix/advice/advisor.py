@@ -6,22 +6,15 @@ panel and by `gpumix doctor` (exit 0 healthy, 1 warnings, 2 errors).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpumix.advice.field import field_findings, job_groups
+from gpumix.advice.cpu_forwarding import cpu_forwarding_findings
+from gpumix.advice.field import field_findings
 from gpumix.advice.finding import SEVERITY_RANK, Finding
-from gpumix.advice.probe_results import (
-    KeptProbe,
-    MeasuredFloor,
-    age_text,
-    kept_probe,
-    measured_floor,
-    probe_findings,
-)
+from gpumix.advice.probe_results import kept_probe, probe_findings
 from gpumix.power.supplies import PowerLayout
 from gpumix.power.tiers import tier_table
 from gpumix.probe import store
@@ -30,8 +23,6 @@ __all__ = ["SEVERITY_RANK", "AdvisorSettings", "Finding", "exit_code", "findings
 # Early drivers reported multi-4090 P2P as working while copies came out wrong (tinygrad notes,
 # NVIDIA forum). The exact fixed version is not confirmed: a setting, not a truth.
 DEFAULT_4090_P2P_MIN_DRIVER = "525.60.11"
-COMM_SHARE_COSTLY = 0.30
-LINK_SHARE_BUSY = 0.70
 PER_RANK_NCCL_VARS = {"NCCL_DEBUG_FILE"}  # one log per rank by design (the agent's transport probe sets it)
 SHARED_TOPOLOGY = {"BOARD", "PIX", "PXB", "PHB"}  # closer than the system interconnect
 
@@ -196,138 +187,6 @@ def _power(snapshot: dict[str, Any], settings: AdvisorSettings) -> list[Finding]
                     f"{budget:.0f}`; waiting cards give up watts first.")]
 
 
-def _link_rate(gpu: dict[str, Any]) -> float | None:
-    rate = gpu.get("pcie_link_bytes_per_s_max") or gpu.get("pcie_link_bytes_per_s_current")
-    return float(rate) if isinstance(rate, int | float) and math.isfinite(rate) and rate > 0 else None
-
-
-def _link_shares_while_communicating(ranks: list[dict[str, Any]], gpus: dict[str, dict[str, Any]],
-                                     exposed_s: float, step_s: float, ring_prior: bool = True) -> dict[int, float]:
-    """Per GPU of the job: the share of its link used while the all-reduce runs. Two estimates, the larger
-    kept: NVML's average rate over the exposed share of the step (the counters average over the tick,
-    and the traffic flows only while communicating), and the ring all-reduce's own traffic
-    (2(R-1)/R x gradient bytes, where the agent reports them) over the exposed seconds: a prior, left
-    out (ring_prior False) where the probe measured what the path delivers."""
-    world = len(ranks)
-    shares: dict[int, float] = {}
-    for rank in ranks:
-        gpu = gpus.get(rank.get("gpu_uuid"))
-        if gpu is None:
-            continue
-        measured = max(gpu.get("pcie_rx_link_share") or 0.0, gpu.get("pcie_tx_link_share") or 0.0)
-        share = measured / max(exposed_s / step_s, 1e-3) if measured else 0.0
-        gradient, rate = rank.get("gradient_bytes"), _link_rate(gpu)
-        if ring_prior and gradient and rate and world > 1:
-            share = max(share, 2 * (world - 1) / world * gradient / exposed_s / rate)
-        shares[gpu["index"]] = min(1.0, share)
-    return shares
-
-
-def _p2p_works_between(links: list[dict[str, Any]], indices: list[int]) -> bool:
-    """Every pair of these GPUs reads P2P OK (NVML), so the host path was a setting, not the hardware."""
-    ok = {frozenset((link["gpu_a"], link["gpu_b"])) for link in links or [] if link.get("read") == "OK"}
-    pairs = [frozenset((a, b)) for n, a in enumerate(indices) for b in indices[n + 1:]]
-    return bool(pairs) and all(pair in ok for pair in pairs)
-
-
-def _cpu_forwarding(snapshot: dict[str, Any], kept: KeptProbe | None = None) -> list[Finding]:
-    """From evidence, never from the host's CPU load: the all-reduce goes through host memory, its exposed
-    time is a large share of the step, and a link (or host memory) runs near its limit while it does.
-    Where a kept probe result measured the all-reduce floor over the job's GPUs, the job's all-reduce
-    against that floor replaces the link prior."""
-    links = snapshot["p2p"]
-    found = []
-    live = [r for r in snapshot.get("ranks", []) if r.get("connected")]
-    for (name, run_id), members in sorted(job_groups(live).items(), key=lambda item: str(item[0])):
-        job = name or run_id or "(unnamed)"
-        shm_seen = any(str(c.get("transport") or "").upper().startswith("SHM")
-                       for r in members for c in r.get("transport", []))
-        p2p_off = any(r.get("env", {}).get("NCCL_P2P_DISABLE") == "1" for r in members)
-        through_host = shm_seen or p2p_off or (links and all(link["read"] != "OK" for link in links))
-        # The slowest rank waits for no one: its communication is the all-reduce's exposed time.
-        # compute_s 0 is a figure (a step all exposed communication and data wait, as on real SHM ranks)
-        slowest = max((r for r in members if r.get("compute_s") is not None and r.get("step_time_s")),
-                      key=lambda r: r["compute_s"], default=None)
-        if not through_host or len(members) < 2 or slowest is None or slowest.get("comm_share") is None:
-            continue
-        step_s, share = slowest["step_time_s"], slowest["comm_share"]
-        exposed_s = share * step_s
-        if share < COMM_SHARE_COSTLY or exposed_s <= 0:
-            continue
-        gpus = {g["uuid"]: g for g in snapshot["gpus"] if not g["lost"]}
-        in_job = [gpus[r["gpu_uuid"]] for r in members if r.get("gpu_uuid") in gpus]
-        floor = measured_floor(kept, [g["index"] for g in in_job])
-        shares = _link_shares_while_communicating(members, gpus, exposed_s, step_s, ring_prior=floor is None)
-        host = snapshot.get("host") or {}
-        host_share = host.get("memory_bandwidth_share")  # where the hub knows host memory's limit
-        host_busy = isinstance(host_share, int | float) and host_share >= LINK_SHARE_BUSY
-        link_busy = bool(shares) and max(shares.values()) >= LINK_SHARE_BUSY
-        floor_share = _share_of_floor(members, exposed_s, floor)
-        floor_busy = floor_share is not None and floor_share >= LINK_SHARE_BUSY
-        # P2P that works, not used: the host path is the bottleneck by choice (two H200s on NVLink with
-        # NCCL_P2P_DISABLE=1: SHM's own 27 GB/s, no link or host memory near its limit, 77 % exposed)
-        p2p_works = _p2p_works_between(links, [g["index"] for g in in_job])
-        if not shares or not (link_busy or host_busy or p2p_works or floor_busy):
-            continue
-        # What paces it: the links at their limit while communicating; with none (host memory is
-        # the limit), the slowest links, which every GPU's share of the ring waits for; with P2P
-        # working, the host path itself, which every GPU of the job waits for. With the floor
-        # measured, no link is guessed: the measured path paces every GPU of the job.
-        pacing = sorted(i for i, s in shares.items() if s >= LINK_SHARE_BUSY)
-        if not pacing and floor is None and (host_busy or not p2p_works):
-            slowest_rate = min((rate for g in in_job if (rate := _link_rate(g))), default=None)
-            pacing = sorted(g["index"] for g in in_job if slowest_rate and _link_rate(g) == slowest_rate)
-        how = "NCCL's SHM transport seen by the probe" if shm_seen else (
-            "NCCL_P2P_DISABLE=1" if p2p_off else "P2P unavailable between GPUs")
-        listed = ", ".join(f"GPU {i} {100 * s:.0f} %" for i, s in sorted(shares.items(), key=lambda kv: -kv[1])[:6])
-        by_index = {g["index"]: g for g in in_job}
-        paced = ", ".join(f"GPU {i} ({by_index[i]['tier']}, gen{by_index[i]['pcie_gen_max']}"
-                          f" x{by_index[i]['pcie_width_max']})" for i in pacing)
-        evidence = (f"job {job}: the all-reduce goes through host memory ({how}); exposed communication"
-                    f" {1000 * exposed_s:.0f} ms of a {1000 * step_s:.0f} ms step ({100 * share:.0f} %, rank"
-                    f" {slowest['rank']}, which waits for no one); link shares while communicating: {listed}")
-        if host_busy:
-            evidence += f"; host memory at {100 * host_share:.0f} % of its bandwidth"
-        if paced:
-            evidence += f"; paced by the link{'s' if len(pacing) > 1 else ''} of {paced}"
-        if floor is not None:
-            evidence += _floor_evidence(floor, floor_share, [g["index"] for g in in_job])
-        fix = ("Fewer, larger gradient buckets (DDP bucket_cap_mb), gradient accumulation (fewer all-reduces"
-               " per sample), a compression hook (PowerSGD), wider CPU-attached slots for the slow links"
-               " (or leave their GPUs out); and re-plan the batch split so fast cards do not wait.")
-        if p2p_works:
-            evidence += f"; yet P2P reads OK between GPUs {', '.join(str(g['index']) for g in in_job)}"
-            fix = ("Let NCCL use P2P: unset NCCL_P2P_DISABLE (P2P reads OK here; `gpumix probe` checks its copies"
-                   " byte for byte and measures the all-reduce both ways). " + fix)
-        found.append(Finding("cpu-forwarding", "error" if share >= 2 * COMM_SHARE_COSTLY else "warning",
-                             "All-reduce forwarded through the CPU is the bottleneck", evidence, fix,
-                             pacing or sorted(g["index"] for g in in_job)))
-    return found
-
-
-def _share_of_floor(members: list[dict[str, Any]], exposed_s: float, floor: MeasuredFloor | None) -> float | None:
-    """The job's all-reduce bus bandwidth (ring traffic of its gradient over the exposed seconds, as
-    nccl-tests counts it) against the measured floor through host memory."""
-    gradients = [r["gradient_bytes"] for r in members if isinstance(r.get("gradient_bytes"), int | float)
-                 and math.isfinite(r["gradient_bytes"]) and r["gradient_bytes"] > 0]
-    if floor is None or not gradients:
-        return None
-    world = len(members)
-    return max(gradients) * 2 * (world - 1) / world / exposed_s / floor.host_bus_bytes_per_s
-
-
-def _floor_evidence(floor: MeasuredFloor, floor_share: float | None, indices: list[int]) -> str:
-    text = (f"; `gpumix probe` measured the all-reduce floor through host memory over GPUs"
-            f" {', '.join(map(str, sorted(indices)))} at {floor.host_bus_bytes_per_s / 1e9:.1f} GB/s bus"
-            f" ({floor.size_bytes / 2**20:.0f} MiB" + (f", {', '.join(floor.transports)}" if floor.transports else "")
-            + f", {age_text(floor.age_s)} ago)")
-    if floor_share is not None:
-        text += f"; this job's all-reduce runs at {100 * floor_share:.0f} % of it"
-    if floor.p2p_bus_bytes_per_s:
-        text += f"; with P2P it measured {floor.p2p_bus_bytes_per_s / 1e9:.1f} GB/s bus"
-    return text
-
-
 def _tiers(snapshot: dict[str, Any]) -> list[Finding]:
     found = []
     for tier in tier_table(snapshot):
@@ -345,7 +204,7 @@ def findings(snapshot: dict[str, Any], settings: AdvisorSettings | None = None) 
     # Within a severity, what costs the job now comes first: the bottleneck and the tiers,
     # then settings and power, then the per-GPU link facts that explain them.
     kept = kept_probe(snapshot, settings.probe_folder, settings.probe_stale_after_s)
-    result = [*_cpu_forwarding(snapshot, kept), *_tiers(snapshot), *_p2p(snapshot, settings),
+    result = [*cpu_forwarding_findings(snapshot, kept), *_tiers(snapshot), *_p2p(snapshot, settings),
               *_nccl_env(snapshot, settings), *_power(snapshot, settings),
               *field_findings(snapshot, settings.power_layout), *probe_findings(snapshot, kept), *_links(snapshot)]
     return sorted(result, key=lambda f: -SEVERITY_RANK[f.severity])  # stable: keeps that order
