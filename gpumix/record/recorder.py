@@ -30,8 +30,9 @@ The hub's sampling thread only appends the snapshot to a bounded queue; a writer
 thread serialises, compresses and writes. A full queue drops the oldest entry and
 counts it (`Recorder.drops`).
 
-This module is the writer (queue, thread, rows, events); the file's schema and sizes are in
-`gpumix.record.schema`, thinning to the budget in `gpumix.record.thinning`.
+This module is the writer (queue, thread, rows); the file's schema is in `gpumix.record.schema`,
+the size budget in `gpumix.record.size_budget`, the events that follow from two snapshots in
+`gpumix.record.events`, thinning to the budget in `gpumix.record.thinning`.
 """
 
 from __future__ import annotations
@@ -48,27 +49,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumix.record.events import SnapshotEvents
 from gpumix.record.schema import (  # RecordingError: raised to callers, who import it from here too
     GPU_FIELDS,
     RANK_FIELDS,
     RecordingError,
     file_bytes,
     open_for_writing,
-    shm_reserve_bytes,
     used_bytes,
-    wal_reserve_bytes,
 )
+from gpumix.record.size_budget import DEFAULT_MAX_BYTES, check_max_bytes, parse_size, split_budget
 from gpumix.record.thinning import COMPACT_AT, KEEP_WHOLE_S, Thinning
 from gpumix.wire.snapshot_types import Snapshot
 
+__all__ = ["COMMIT_INTERVAL_S", "DEFAULT_MAX_BYTES", "QUEUE_SIZE", "Recorder", "RecordingError", "parse_size"]
 log = logging.getLogger(__name__)
-DEFAULT_MAX_BYTES = 512 * 1024**2
-MIN_MAX_BYTES = 256 * 1024  # below this the WAL reserve, the index and the schema leave no room for data
-MAX_MAX_BYTES = 2**50  # a petabyte: any larger figure is a typo
 COMMIT_INTERVAL_S = 0.5
 QUEUE_SIZE = 256
 ZLIB_LEVEL = 6
-MAX_BLOB_SHARE = 1 / 16  # of the budget (and at most a quarter of the WAL reserve): a larger snapshot or event is not stored whole
 
 
 def _number(value: Any) -> float | None:
@@ -87,23 +85,16 @@ class Recorder(Thinning):
     def __init__(self, path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
                  commit_interval_s: float = COMMIT_INTERVAL_S, queue_size: int = QUEUE_SIZE,
                  wall_clock: Callable[[], float] = time.time, keep_whole_s: float = KEEP_WHOLE_S) -> None:
-        if not MIN_MAX_BYTES <= max_bytes <= MAX_MAX_BYTES:
-            raise RecordingError(f"a recording's size budget must be {MIN_MAX_BYTES // 1024} KiB to 1 PiB"
-                                 f" (the WAL, its index and the schema need room), got {max_bytes} bytes")
+        check_max_bytes(max_bytes)
         self.path = Path(path)
         self.max_bytes = int(max_bytes)
         self.keep_whole_s = keep_whole_s
         self.commit_interval_s = commit_interval_s
         self._wall_clock = wall_clock
         self._conn = open_for_writing(self.path, self.max_bytes)
-        page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
-        # The budget: the WAL's reserve, its index, one transaction's growth (the file grows by
-        # that much past the check that starts thinning), and the data.
-        self.wal_bytes = wal_reserve_bytes(self.max_bytes)
-        rest = self.max_bytes - self.wal_bytes - shm_reserve_bytes(self.max_bytes, page_size)
-        self._commit_bytes = max(page_size, self.wal_bytes // 8)  # a transaction's payload, well inside the WAL
-        self._max_blob_bytes = int(min(self.wal_bytes / 4, rest * MAX_BLOB_SHARE))
-        self.data_bytes = rest - (self._commit_bytes + self._max_blob_bytes + 16 * page_size)
+        budget = split_budget(self.max_bytes, self._conn.execute("PRAGMA page_size").fetchone()[0])
+        self.wal_bytes, self.data_bytes = budget.wal_bytes, budget.data_bytes
+        self._commit_bytes, self._max_blob_bytes = budget.commit_bytes, budget.max_blob_bytes
         self._queue: deque[tuple[Any, ...]] = deque()
         self._queue_size = queue_size
         self._cond = threading.Condition()
@@ -119,9 +110,7 @@ class Recorder(Thinning):
         self._zdict: bytes | None = None
         self._known_gpus: set[str] = set()
         self._rank_marks: dict[tuple[Any, Any], tuple[Any, Any]] = {}  # (job, rank) -> (pid, step) last recorded
-        self._findings: dict[tuple[str, tuple[int, ...]], dict[str, Any]] | None = None
-        self._plan: Any = None
-        self._jobs: dict[str, dict[str, Any]] = {}
+        self._events = SnapshotEvents()
         try:
             if self._database_bytes() > self.data_bytes:  # reopened with a smaller budget
                 self.compact()
@@ -263,7 +252,8 @@ class Recorder(Thinning):
             self.oversized += 1
         self.written += 1
         self._pending_bytes += min(len(blob), self._max_blob_bytes) + 250 * (len(snapshot["gpus"]) + len(ranks))
-        self._diff_events(t, snapshot)
+        for kind, payload in self._events.diff(snapshot):
+            self._event_row(t, kind, payload)
 
     def _ranks_with_a_new_step(self, ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The ranks whose step (or process) changed since last recorded: a rank gone, or one
@@ -276,33 +266,6 @@ class Recorder(Thinning):
                 fresh.append(r)
         self._rank_marks = marks
         return fresh
-
-    def _diff_events(self, t: float, snapshot: Snapshot) -> None:
-        """Events that follow from two snapshots: findings appearing or clearing, plans, restarts."""
-        findings = {(f["id"], tuple(f.get("gpus") or ())): f for f in snapshot.get("findings") or []}
-        if self._findings is not None:
-            for key in findings.keys() - self._findings.keys():
-                f = findings[key]
-                self._event_row(t, "finding_appeared", {k: f.get(k) for k in ("id", "severity", "title", "evidence", "gpus")})
-            for key in self._findings.keys() - findings.keys():
-                f = self._findings[key]
-                self._event_row(t, "finding_cleared", {k: f.get(k) for k in ("id", "severity", "title", "gpus")})
-        self._findings = findings
-        plan = snapshot.get("plan")
-        if plan is not None and plan.get("ranks"):  # a split in force, not a job still starting up
-            if plan != self._plan:  # the hub's plan row is the same dict until the plan changes
-                self._event_row(t, "plan", {"plan": plan})
-            self._plan = plan
-        jobs = snapshot.get("jobs") or {}
-        for job, status in jobs.items():
-            before = self._jobs.get(job)
-            if before is not None and status.get("restarts") != before.get("restarts"):
-                self._event_row(t, "restart", {"job": job, "restarts": status.get("restarts"),
-                                               "state": status.get("state"), "message": status.get("message")})
-            elif before is not None and status.get("state") != before.get("state"):
-                self._event_row(t, "job_state", {"job": job, "state": status.get("state"), "message": status.get("message")})
-        self._jobs = {job: {"restarts": status.get("restarts"), "state": status.get("state")}
-                      for job, status in jobs.items()}  # jobs the hub forgot are forgotten here too
 
     def _event_row(self, t: float, kind: str, payload: dict[str, Any]) -> None:
         text = json.dumps(payload, default=str)
@@ -349,17 +312,3 @@ class Recorder(Thinning):
         return {"path": str(self.path), "snapshots": self.written, "drops": self.drops, "errors": self.errors,
                 "compactions": self.compactions, "oversized": self.oversized, "max_bytes": self.max_bytes}
 
-
-def parse_size(text: str) -> int:
-    """'512M', '2G', '300k', '1048576' -> bytes (binary units)."""
-    units = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-    text = text.strip().lower().removesuffix("ib").removesuffix("b")
-    scale = units.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in units else text
-    try:
-        value = float(number) * scale
-    except ValueError:
-        raise ValueError(f"not a size: {text!r} (e.g. 512M, 2G)") from None
-    if not 0 < value <= MAX_MAX_BYTES:  # inf and nan fail this too
-        raise ValueError(f"must be a size above 0 and at most 1 PiB: {text!r}")
-    return int(value)
