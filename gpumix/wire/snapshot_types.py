@@ -6,88 +6,31 @@ into the JSON schema published in docs/json.md. Units sit in key names; `None` i
 A reader must accept keys it does not know (a newer hub may add some): `SCHEMA_VERSION` changes
 only when a key changes meaning or type or goes away.
 
-Also here, because agent and hub both need it: the step message an agent sends, declared once
-(`StepMessage`, the physical range of each of its numbers in `STEP_NUMBER_RANGES`, the names
-`amp_dtype` may take); the hub checks steps against them (`gpumix.hub.ranks`). Standard library only.
+The step message an agent sends (`StepMessage`, the ranges of its numbers, the names `amp_dtype` may
+take) is declared in `gpumix.wire.step_message` and importable from here; `RANK_LAST_STEP_FIELDS`
+below relates it to the rank row. Standard library only.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
+from gpumix.wire.step_message import (
+    AMP_DTYPES,
+    DAY_S,
+    MAX_BYTES,
+    MAX_STEP_INDEX,
+    STEP_NUMBER_RANGES,
+    STEP_TIME_RANGE_S,
+    StepMessage,
+)
+
+__all__ = ["AMP_DTYPES", "DAY_S", "MAX_BYTES", "MAX_STEP_INDEX", "RANK_LAST_STEP_FIELDS", "RANK_STEP_MEDIANS",
+           "SCHEMA_VERSION", "STEP_NUMBER_RANGES", "STEP_TIME_RANGE_S", "DriverRow", "FindingRow", "GpuRow",
+           "HostRow", "JobRow", "OperatingPoint", "P2PRow", "PlanRow", "PlanShareRow", "ProcessRow", "RankRow",
+           "RunEfficiency", "RunRow", "Snapshot", "Source", "StepMessage", "TierRow", "TransportChannel"]
+
 SCHEMA_VERSION = 1
-
-# -- the step message (agent -> hub) -------------------------------------------------------------
-
-DAY_S = 86400.0
-MAX_BYTES = float(2**50)  # a petabyte: no GPU or host memory figure is larger
-MAX_STEP_INDEX = 2**53  # exact in a float: every client reads it back as the same number
-STEP_TIME_RANGE_S = (1e-6, DAY_S)  # a step time outside drops the step
-# Physical range of each optional number of a step: the hub drops a value outside (and counts it).
-# Finite but absurd numbers would otherwise reach every derived figure (samples/s, shares, /metrics).
-STEP_NUMBER_RANGES: dict[str, tuple[float, float]] = {
-    "t": (0.0, 1e11),  # wall clock (s since 1970), up to the year 5138
-    "samples": (0.0, 1e9),
-    "tokens": (0.0, 1e9),
-    "loss": (-1e30, 1e30),
-    "lr": (0.0, 1e6),
-    "data_wait_s": (0.0, DAY_S),
-    "forward_s": (0.0, DAY_S),
-    "backward_s": (0.0, DAY_S),
-    "optimizer_s": (0.0, DAY_S),
-    "comm_s": (0.0, DAY_S),
-    "mem_allocated_bytes": (0.0, MAX_BYTES),
-    "mem_reserved_bytes": (0.0, MAX_BYTES),
-    "mem_peak_bytes": (0.0, MAX_BYTES),
-    "micro_batch": (0.0, 1e9),
-    "accumulation_steps": (0.0, 1e9),
-    "cpu_pct": (0.0, 100.0 * 4096),  # 100 % per logical CPU
-    "rss_bytes": (0.0, MAX_BYTES),
-    "dropped": (0.0, float(MAX_STEP_INDEX)),
-    "gradient_bytes": (0.0, MAX_BYTES),
-    # mixed precision (agent.watch_amp): autocast on (1) or off (0), the GradScaler's scale, and the
-    # steps it skipped for inf/NaN gradients since the process started; DataParallel's device count
-    "amp_autocast": (0.0, 1.0),
-    "loss_scale": (0.0, 1e38),  # float32's ceiling: a scale cannot grow past it
-    "amp_skipped_steps": (0.0, float(MAX_STEP_INDEX)),
-    "dp_devices": (0.0, 1024.0),  # at most the NVML indices a process can see
-}
-# autocast's dtype: a name from this list, anything else is dropped and counted
-AMP_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
-
-# -- the step message (agent -> hub) -------------------------------------------------------------
-
-class StepMessage(TypedDict):
-    """One ended step, as an agent sends it; a number not known is left out."""
-
-    type: Literal["step"]
-    step: int
-    step_time_s: float
-    t: NotRequired[float]
-    samples: NotRequired[float]
-    tokens: NotRequired[float]
-    loss: NotRequired[float]
-    lr: NotRequired[float]
-    data_wait_s: NotRequired[float]
-    forward_s: NotRequired[float]
-    backward_s: NotRequired[float]
-    optimizer_s: NotRequired[float]
-    comm_s: NotRequired[float]
-    mem_allocated_bytes: NotRequired[float]
-    mem_reserved_bytes: NotRequired[float]
-    mem_peak_bytes: NotRequired[float]
-    micro_batch: NotRequired[float]
-    accumulation_steps: NotRequired[float]
-    cpu_pct: NotRequired[float]
-    rss_bytes: NotRequired[float]
-    dropped: NotRequired[float]
-    gradient_bytes: NotRequired[float]
-    amp_autocast: NotRequired[float]
-    amp_dtype: NotRequired[str]  # one of AMP_DTYPES
-    loss_scale: NotRequired[float]
-    amp_skipped_steps: NotRequired[float]
-    dp_devices: NotRequired[float]
-
 
 # -- the snapshot (hub -> clients) ---------------------------------------------------------------
 
