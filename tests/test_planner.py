@@ -17,6 +17,7 @@ from gpumix.plan.planner import (
     RankMeasure,
     comm_model,
     estimate_mem_per_sample,
+    factorize,
     micro_batch_cap,
     plan,
     plan_to_json,
@@ -402,6 +403,24 @@ def test_whole_tiles_per_pass_pick_the_micro_batch() -> None:
     # without a granularity, the largest micro-batch as before
     plain = plan(two_ranks((3.0, 1.0)), PlanRequest(global_batch=320, gradient_bytes=1e8, max_micro_batch=133))
     assert (plain.ranks[0].micro_batch, plain.ranks[0].accumulation_steps) == (120, 2)
+
+
+def test_a_wasted_tile_outweighs_more_passes() -> None:
+    # Issue 16 (oracle, gen-06 at 16): 176 under a cap of 133 as 2 x 88 is 12 tiles of 16; as 11 passes
+    # of one tile it is 11 (the oracle's, 84.8 % -> 99.3 % of its gain). A pass costs a sample (prior).
+    assert factorize(176, 133, MAX_ACCUMULATION_STEPS, 16) == (16, 11)
+    assert factorize(208, 133, MAX_ACCUMULATION_STEPS, 16) == (16, 13)
+    # At granularity 4 the count's own alignment is the tile: 168 = 8 x 21 runs as 3 x 56 (21 tiles
+    # of 8), not 2 x 84 (22); 172 (aligned to 4) stays 2 x 86: 43 passes of 4 would save one tile.
+    assert factorize(168, 133, MAX_ACCUMULATION_STEPS, 4) == (56, 3)
+    assert factorize(172, 133, MAX_ACCUMULATION_STEPS, 4) == (86, 2)
+    # the whole-tile micro-batch reaches the plan; without a granularity the largest micro-batch
+    result = plan(two_ranks((3.0, 1.0)), PlanRequest(global_batch=224, gradient_bytes=1e8, granularity=16,
+                                                     max_micro_batch=133))
+    assert [(r.samples, r.micro_batch, r.accumulation_steps) for r in result.ranks][0] == (176, 16, 11)
+    # an alignment wider than MAX_ALIGNED_TILE buys no passes: 160 (32 x 5) stays 2 x 80
+    assert factorize(160, 133, MAX_ACCUMULATION_STEPS, 16) == (80, 2)
+    assert factorize(208, 133, MAX_ACCUMULATION_STEPS) == (104, 2)
 
 
 def test_a_split_on_the_measured_lattice_within_the_tolerance_is_preferred() -> None:

@@ -14,6 +14,11 @@ from collections.abc import Sequence
 # gen4 x16 RTX 4090s; design notes, section 6).
 LINK_EFFICIENCY_PRIOR = 0.8
 
+# What one more pass of forward and backward costs beyond its samples' tiles (kernel launches, the
+# framework's per-call work), in samples of compute: the planner splits a count into more, smaller
+# passes only where that saves more tiles than this (not measured; the simulated world has no such cost).
+PASS_COST_PRIOR_SAMPLES = 1.0
+
 
 def allreduce_seconds_prior(link_rates: Sequence[float], gradient_bytes: float) -> float:
     """A ring all-reduce staged through host memory: each GPU moves 2(n-1)/n x size over its own

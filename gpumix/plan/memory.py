@@ -6,7 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from gpumix.model.priors import PASS_COST_PRIOR_SAMPLES
 from gpumix.plan.split_types import MAX_ACCUMULATION_STEPS, PlanRequest, RankMeasure
+
+# The widest tile a count's own alignment may stand for, in samples: a wider one trades passes for
+# tiles that may not exist (160 as 5 x 32 rather than 2 x 80). 16 is the widest wave of the simulated
+# cards (waves of 4-16 samples): chosen in that world, not measured on real GPUs.
+MAX_ALIGNED_TILE = 16
 
 
 def estimate_mem_per_sample(points: Sequence[tuple[int, float]]) -> float | None:
@@ -51,23 +57,40 @@ def effective_max_k(request: PlanRequest) -> int:
 
 def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1) -> tuple[int, int] | None:
     """(m, k) with m * k == samples, m <= cap, k <= max_k and k as small as possible; None if none.
-    With a tile (the granularity: a pass computes whole tiles), the fewest tiles over all passes,
-    k * ceil(m / tile), among micro-batches of at least half the cap (good_count's range), then the
-    smallest k: 240 samples under a cap of 133 in tiles of 16 are 3 x 80 (15 tiles), not 2 x 120
-    (16); 208 stays 2 x 104 (14 tiles) rather than 13 passes of 16, a micro-batch far under the cap."""
+    With a tile (the granularity: a pass computes whole tiles), the least work over the passes,
+    k * (ceil(m / T) * T + PASS_COST_PRIOR_SAMPLES), then the smallest k. T is the count's own
+    alignment (aligned_tile: GPUs tile in powers of two, wider than the granularity may say), over
+    micro-batches of at least half the cap (good_count's range) and micro-batches of whole T. Under a
+    cap of 133: 240 in tiles of 16 are 3 x 80 (15 tiles), not 2 x 120 (16); 208 are 13 x 16
+    (13 tiles), not 2 x 104 (14: a wasted tile outweighs 11 more passes); 168 at granularity 4
+    (aligned to 8) are 3 x 56 (21 tiles of 8), not 2 x 84 (22)."""
     if cap is None or samples <= cap:
         return samples, 1
     low_k = math.ceil(samples / cap)
     high_k = min(max_k, samples)
-    best: tuple[int, int] | None = None
+    if tile <= 1:
+        return next(((samples // k, k) for k in range(low_k, high_k + 1) if samples % k == 0), None)
+    aligned = aligned_tile(samples, tile)
+    best: tuple[float, int, int] | None = None  # (work in samples, k, m)
     for k in range(low_k, high_k + 1):
-        if samples % k:
-            continue
-        if tile <= 1 or best is not None and k > 2 * samples // cap:
-            return best or (samples // k, k)
-        if best is None or k * math.ceil(samples // k / tile) < best[1] * math.ceil(best[0] / tile):
-            best = (samples // k, k)
-    return best
+        micro = samples // k
+        if samples % k or (k > 2 * samples // cap and micro % aligned):
+            continue  # past good_count's range only whole tiles: no pass of a partial tile
+        work = k * (math.ceil(micro / aligned) * aligned + PASS_COST_PRIOR_SAMPLES)
+        if best is None or work < best[0]:
+            best = (work, k, micro)
+    if best is None:  # no whole-tile split either: the smallest k that divides, as without a tile
+        return factorize(samples, cap, max_k)
+    return best[2], best[1]
+
+
+def aligned_tile(samples: int, granularity: int) -> int:
+    """The tile a pass of this count is taken to compute in: granularity x 2^j, the largest dividing
+    the count, at most MAX_ALIGNED_TILE (the granularity itself for a count off its multiples)."""
+    tile = max(1, granularity)
+    while tile * 2 <= MAX_ALIGNED_TILE and samples % (tile * 2) == 0:
+        tile *= 2
+    return tile
 
 
 def good_count(samples: int, cap: int | None, max_k: int) -> bool:
