@@ -1,5 +1,6 @@
 """Re-plan the per-rank batch split: the current and proposed split side by side, with
-predicted step time and samples/s; confirming restarts the job into it (gpumix run)."""
+predicted step time and samples/s, and the split's predicted draw against every budget the machine
+declares (gpumix.power.split_draw); confirming restarts the job into it (gpumix run)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Container, Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Static
 
 from gpumix.model.step_model import basis_text
+from gpumix.power.split_draw import draw_against_budgets
 from gpumix.tui import format as fmt
 from gpumix.tui.dialog import Dialog
 from gpumix.tui.gpu_table import short_tier
 from gpumix.tui.power_screens import DIALOG_CSS
 
 LEGEND = "n_r: samples a step = m_r: micro-batch × k_r: accumulation steps"
+MAX_BUDGET_LINES = 6  # a layout may declare many supplies: the ones over their limit come first
+NAME_CHARS = 20  # a supply's or circuit's name, from the user's power config
+HALF_CHARS = 35  # a line this short shares its row with the next (the dialog's text is 72 wide)
 
 
 def plan_table(plan: dict[str, Any], snapshot: dict[str, Any]) -> str:
@@ -71,6 +76,42 @@ def basis_lines(basis: Any) -> list[str]:
     return lines
 
 
+def draw_lines(power: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The split's predicted draw, one line per budget (those it would pass first), each with whether
+    it warns; no budget declared says so in one line."""
+    budgets = sorted(power.get("budgets") or [], key=lambda b: not b["over"])  # stable: the layout's order
+    # (shown two to a row where they fit: the rank table keeps its rows at 80x24)
+    if not budgets:
+        lines = [(f"draw {power['predicted_total_w']:.0f} W predicted (now {power['draw_now_total_w']:.0f} W),"
+                  " no budget declared", False)]
+    else:
+        shown = budgets if len(budgets) <= MAX_BUDGET_LINES else budgets[:MAX_BUDGET_LINES - 1]
+        lines = [(budget_line(b), bool(b["over"])) for b in shown]
+        if len(shown) < len(budgets):
+            hidden = budgets[len(shown):]
+            over = sum(1 for b in hidden if b["over"])
+            lines.append((f"… {len(hidden)} more budgets" + (f", {over} of them over" if over else ", within their limits"),
+                          over > 0))
+    capped = [fmt.plain(g["index"]) for g in power.get("gpus") or [] if g.get("at_cap")]
+    if capped:
+        lines.append((f"⚠ GPU {','.join(capped[:16])} would run at {'its' if len(capped) == 1 else 'their'} cap:"
+                      " slower than predicted", True))
+    return lines
+
+
+def budget_line(budget: dict[str, Any]) -> str:
+    """E.g. "draw 2899/2800 W total  ⚠ over by 99 W": predicted against the usable limit (headroom off)."""
+    label = "total" if budget["kind"] == "total" else f"{fmt.plain(budget['kind'], 10)} {fmt.plain(budget['name'], NAME_CHARS)}"
+    line = f"draw {budget['predicted_w']:.0f}/{budget['usable_w']:.0f} W {label}"
+    return line + (f"  ⚠ over by {budget['predicted_w'] - budget['usable_w']:.0f} W" if budget["over"] else "")
+
+
+def draw_title(power: dict[str, Any]) -> str:
+    """The draw block's border title: what the limits are (a layout keeps headroom for transients)."""
+    free = [1 - b["usable_w"] / b["limit_w"] for b in power.get("budgets") or [] if b["limit_w"] and b["usable_w"] < b["limit_w"]]
+    return "predicted draw" + (f" (supplies, circuits: {100 * max(free):.0f} % headroom kept)" if free else "")
+
+
 def leaving_out_is_faster(plan: dict[str, Any]) -> bool:
     without = plan.get("without_tier")
     if not without:
@@ -89,18 +130,28 @@ class PlanScreen(Dialog[str | None]):
     PlanScreen > Vertical { height: 22; }
     PlanScreen VerticalScroll { height: 1fr; }
     PlanScreen #plan-result { height: auto; max-height: 6; border-top: solid $primary; }
+    PlanScreen #plan-draw { layout: grid; grid-size: 2; grid-rows: auto; grid-gutter: 0 2; height: auto;
+                            border-top: solid $primary; border-title-color: $text-muted; }
+    PlanScreen #plan-draw .-wide { column-span: 2; }
+    PlanScreen #plan-draw .-over { color: $warning; text-style: bold; }
     """
 
     def __init__(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
         super().__init__()
         self.plan = plan
         self.snapshot = snapshot
+        self.power = draw_against_budgets(snapshot, plan)  # the split at the caps in force
 
     def compose(self) -> ComposeResult:
         with Vertical():
             with VerticalScroll():
                 yield Static(Text(plan_table(self.plan, self.snapshot)), id="plan-text")
             yield Static(Text(plan_result(self.plan)), id="plan-result")
+            with Container(id="plan-draw") as draw:
+                draw.border_title = Text(draw_title(self.power))
+                for line, over in draw_lines(self.power):
+                    wide = over or len(line) > HALF_CHARS
+                    yield Static(Text(line), classes=" ".join(["-over"] * over + ["-wide"] * wide))
             with Horizontal():
                 yield Button("Restart into this split…", id="apply", variant="warning")
                 if leaving_out_is_faster(self.plan):
