@@ -9,48 +9,14 @@
 #   DRY=1 OUT=/tmp/out bash benchmarks/device_costs.sh    # a dry run without a GPU: a simulated rig
 #
 # Every part has its own timeout and is skipped when it would end past BUDGET_S seconds; the results
-# are packed into $OUT/costs.tgz after each part (a call returns at most 8 files), the log is $OUT/log.txt.
+# are packed into $OUT/costs.tgz after each part (a call returns at most 8 files), the log is $OUT/log.txt
+# (the set-up, the step runner and the hub: benchmarks/device_setup.sh).
 set -u
 cd "$(dirname "$0")/.."
-REPO=$PWD
-OUT=${OUT:-/tmp/gpumix-costs}; mkdir -p "$OUT"
-WORK=/tmp/costs; rm -rf "$WORK"; mkdir -p "$WORK/run"; chmod 700 "$WORK/run"
-LOG=$OUT/log.txt; : >"$LOG"
-BUDGET_S=${BUDGET_S:-360}
-DRY=${DRY:-0}
+. benchmarks/device_setup.sh costs   # REPO OUT LOG WORK PY DRY SRC BUDGET_S; wheels; say, step, pack, start_hub, stop_hub
 SECS=${SECS:-8}   # the dashboards' measuring window
 WARM=${WARM:-3}
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export XDG_RUNTIME_DIR=$WORK/run  # this run's own hub socket, never another user's
-unset GPUMIX_HUB
-PY=${PY:-python3}
-SITE=${SITE:-/tmp/site}
-if [ -d .whl ]; then  # the wheels the machine lacks, gpumix-top's own among them
-  $PY -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target "$SITE" .whl/*.whl >>"$LOG" 2>&1 \
-    || { echo "wheel install failed"; tail -20 "$LOG"; exit 1; }
-  export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
-fi
-cd "$WORK"  # not the checkout: its gpumix/ lacks gpumix.tui and gpumix.agent (mapped from tui/, agent/)
-SRC=""; [ "$DRY" = 1 ] && SRC="--sim 4090-x2-desktop"   # gpumix's commands look at this instead of NVML
 
-say() { echo "=== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$LOG"; }
-pack() { tar czf "$OUT/costs.tgz" -C "$WORK" --exclude run . 2>/dev/null; }
-# step LIMIT NAME COMMAND...: run with a timeout, unless it could end past the budget
-step() {
-  local limit=$1 name=$2; shift 2
-  if [ $((SECONDS + limit)) -gt "$BUDGET_S" ]; then say "SKIP $name (needs ${limit}s, ${SECONDS}s used of $BUDGET_S)"; return 0; fi
-  say "$name"
-  timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1
-  say "$name: exit $?"
-  pack
-}
-start_hub() {  # the node's hub at the default socket, as a user would start it
-  $PY -m gpumix.cli.main hub $SRC --interval 1 >"$WORK/hub_$1.log" 2>&1 &
-  HUB=$!
-  for _ in $(seq 50); do [ -S "$WORK/run/gpumix/hub.sock" ] && break; sleep 0.2; done
-  sleep 1.5  # two ticks: the hub has rates
-}
-stop_hub() { kill "$HUB" 2>/dev/null; wait "$HUB" 2>/dev/null; }
 profile_once() {  # $1: name; one `gpumix-top --once --json` under cProfile, the top 50 by cumulative time
   say "profile of gpumix-top --once --json ($1)"
   timeout 30 $PY -m cProfile -o "$WORK/once_$1.prof" -m gpumix.tui.main --once --json $SRC >/dev/null 2>>"$LOG" \
@@ -72,7 +38,7 @@ step 30 "import times of gpumix-top --once" bash -c "$PY -X importtime -m gpumix
 profile_once nohub
 step 60 "one-shots, no hub" $PY $REPO/benchmarks/bench_oneshot.py --repeats 5 --label no-hub --out "$WORK/costs_oneshot_nohub.json" \
   "${GPUMIX_ONESHOTS[@]}" "${PEER_ONESHOTS[@]}"
-start_hub oneshot
+start_hub oneshot $SRC
 step 40 "one-shots, a hub running" $PY $REPO/benchmarks/bench_oneshot.py --repeats 5 --label hub --out "$WORK/costs_oneshot_hub.json" \
   --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix power show" "${PEER_ONESHOTS[@]}"
 profile_once hub

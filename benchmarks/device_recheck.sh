@@ -1,45 +1,61 @@
 #!/bin/bash
-# Session 4's recheck on one lent H200, in one call (issue 13), read-only on the GPU:
-#   1. the agent's CUDA loss values, now read on its sender thread, under sync debug "error"
-#      against a live hub (benchmarks/agent_cuda_check.py);
-#   2. the agent's per-step cost, no hub and a live hub, loss on the GPU and on the CPU;
-#   3. the one-shots (gpumix-top --once --json, gpumix doctor, gpumix power show) against gpustat,
-#      nvitop --once and nvidia-smi, without and with a running hub, median of 5, alternated.
+# Issue 13's recheck on one lent H200, in one call, read-only on the GPU:
+#   1. the agent's CUDA loss values, read on its sender thread, under sync debug "error" against a
+#      live hub (benchmarks/agent_cuda_check.py);
+#   2. the one-shots (gpumix-top --once --json, gpumix doctor, gpumix power show) against gpustat,
+#      nvitop --once and nvidia-smi, with then without a running hub, median of 5, alternated; and
+#      Python's own floor in the same rounds (python3 -c pass, python3 -c "import json, socket");
+#   3. the agent's per-step cost, no hub and a live hub, loss on the GPU and on the CPU;
+#   4. the 10-GPU demo's dashboard at 80x24 and 160x48: gpumix-top attached to `gpumix hub --demo`,
+#      then gpumix-top --demo with its hub in-process (bench_tui, 2 alternated rounds of $SECS s).
 #
-#   OUT=/tmp/out bash benchmarks/device_recheck.sh     # wheels (gpumix-top's own among them) in .whl/
+#   OUT=/tmp/out bash benchmarks/device_recheck.sh          # wheels (gpumix-top's own among them) in .whl/
+#   DRY=1 OUT=/tmp/out bash benchmarks/device_recheck.sh    # a dry run without a GPU: a simulated rig, no agent parts
+#
+# JSON and the log ($OUT/log.txt) go to $OUT; the dashboards' JSON and the hubs' logs are packed into
+# $OUT/recheck.tgz (a call returns at most 8 files). Set-up and step runner: benchmarks/device_setup.sh.
 set -u
 cd "$(dirname "$0")/.."
-REPO=$PWD
-OUT=${OUT:-/tmp/gpumix-recheck}; mkdir -p "$OUT"
-WORK=/tmp/recheck; rm -rf "$WORK"; mkdir -p "$WORK/run"; chmod 700 "$WORK/run"
-LOG=$OUT/log.txt; : >"$LOG"
-export PYTHONUNBUFFERED=1 XDG_RUNTIME_DIR=$WORK/run
-unset GPUMIX_HUB
-SITE=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target "$SITE" .whl/*.whl >>"$LOG" 2>&1 \
-  || { echo "wheel install failed"; tail -20 "$LOG"; exit 1; }
-export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
-cd "$WORK"
-say() { echo "=== $(date -u +%H:%M:%S) +${SECONDS}s $*" | tee -a "$LOG"; }
-step() { local limit=$1 name=$2; shift 2; say "$name"; timeout -k 5 "$limit" "$@" >>"$LOG" 2>&1; say "$name: exit $?"; }
-{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader; nproc; python3 --version; } >>"$LOG" 2>&1
+BUDGET_S=${BUDGET_S:-540}
+. benchmarks/device_setup.sh recheck   # REPO OUT LOG WORK PY DRY SRC BUDGET_S; wheels; say, step, pack, start_hub, stop_hub
+SECS=${SECS:-8}   # the dashboards' measuring window
+WARM=${WARM:-3}
+{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader; nproc; $PY --version; } >>"$LOG" 2>&1
 
-python3 -m gpumix.cli.main hub --interval 1 >"$WORK/hub.log" 2>&1 &
-HUB=$!
-for _ in $(seq 50); do [ -S "$WORK/run/gpumix/hub.sock" ] && break; sleep 0.2; done
-sleep 1.5
-step 60 "agent CUDA values under sync debug, live hub" python3 "$REPO/benchmarks/agent_cuda_check.py" \
-  --hub "$WORK/run/gpumix/hub.sock" --out "$OUT/agent_cuda_check.json"
-ONESHOTS=(--cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix power show"
-          --cmd "gpustat --json" --cmd "nvitop --once" --cmd "nvidia-smi")
-step 30 "one-shots warm-up" python3 "$REPO/benchmarks/bench_oneshot.py" --repeats 1 "${ONESHOTS[@]}" --label warm-up
-step 60 "one-shots, a hub running" python3 "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label hub \
-  --out "$OUT/costs_oneshot_hub_recheck.json" "${ONESHOTS[@]}"
-kill "$HUB"; wait "$HUB" 2>/dev/null
-step 60 "one-shots, no hub" python3 "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label no-hub \
+start_hub oneshot $SRC
+if [ "$DRY" != 1 ]; then
+  step 60 "agent CUDA values under sync debug, live hub" $PY "$REPO/benchmarks/agent_cuda_check.py" \
+    --hub "$WORK/run/gpumix/hub.sock" --out "$OUT/agent_cuda_check.json"
+fi
+ONESHOTS=(--cmd "gpumix-top --once --json $SRC" --cmd "gpumix doctor $SRC" --cmd "gpumix power show $SRC"
+          --cmd "gpustat --json" --cmd "nvitop --once" --cmd "nvidia-smi"
+          --cmd "$PY -c pass" --cmd "$PY -c 'import json, socket'")
+ATTACHED=(--cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix power show" "${ONESHOTS[@]:6}")
+step 30 "one-shots warm-up" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 1 "${ONESHOTS[@]}" --label warm-up
+step 60 "one-shots, a hub running" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label hub \
+  --out "$OUT/costs_oneshot_hub_recheck.json" "${ATTACHED[@]}"
+stop_hub
+step 60 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label no-hub \
   --out "$OUT/costs_oneshot_nohub_recheck.json" "${ONESHOTS[@]}"
-step 90 "agent per step, loss on the GPU" python3 "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both \
-  --pairs 3 --steps 5000 --out "$OUT/agent_calls_h200_cuda_recheck.json"
-step 60 "agent per step, loss on the CPU" python3 "$REPO/benchmarks/bench_agent_calls.py" --device cpu --case both \
-  --pairs 2 --steps 5000 --out "$OUT/agent_calls_h200_cpu_recheck.json"
+if [ "$DRY" != 1 ]; then
+  step 90 "agent per step, loss on the GPU" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both \
+    --pairs 3 --steps 5000 --out "$OUT/agent_calls_h200_cuda_recheck.json"
+  step 60 "agent per step, loss on the CPU" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cpu --case both \
+    --pairs 2 --steps 5000 --out "$OUT/agent_calls_h200_cpu_recheck.json"
+fi
+
+# -- the 10-GPU demo's dashboard: attached to `gpumix hub --demo`, then with its hub in-process ------------
+TUI=($PY "$REPO/benchmarks/bench_tui.py" --repeats 2 --seconds "$SECS" --warmup "$WARM")
+start_hub demo --demo
+sleep 3  # the demo's ten ranks connect and step
+for size in 80x24 160x48; do
+  step 60 "demo dashboard $size, attached to gpumix hub --demo" "${TUI[@]}" --cols "${size%x*}" --rows "${size#*x}" \
+    --label "demo-attached-$size" --out "$WORK/tui_demo_attached_$size.json" -- gpumix-top --interval 1
+done
+stop_hub
+for size in 80x24 160x48; do
+  step 60 "demo dashboard $size, hub in-process" "${TUI[@]}" --cols "${size%x*}" --rows "${size#*x}" \
+    --label "demo-in-process-$size" --out "$WORK/tui_demo_in_process_$size.json" -- gpumix-top --demo --interval 1
+done
 say done
+pack
