@@ -42,11 +42,12 @@ class AmpWatch:
         return getattr(self.scaler, "_scale", None)
 
     def fields(self, scale: float | None) -> dict[str, Any]:
-        """Called in step order: a drop of the scale is a skipped step (GradScaler backs off only then)."""
+        """Called in step order: each back-off of the scale is a skipped step (GradScaler backs off only
+        then); a step without its scale (not sampled) leaves the count as it is."""
         found: dict[str, Any] = {"amp_autocast": 0 if self.dtype == "float32" else 1, "amp_dtype": self.dtype}
         if scale is not None and math.isfinite(scale) and scale > 0:
             if self._last_scale is not None and scale < self._last_scale:
-                self.skipped += 1
+                self.skipped += self._backoffs(self._last_scale / scale)
             self._last_scale = scale
             found["loss_scale"] = scale
         if isinstance(self.scaler, ScaleSource) and self.scaler.skipped is not None:
@@ -56,6 +57,14 @@ class AmpWatch:
         elif self.scaler is not None:
             found["amp_skipped_steps"] = self.skipped
         return found
+
+    def _backoffs(self, drop: float) -> int:
+        """The skipped steps a drop of the scale by `drop` (> 1) stands for: a CUDA scale is sampled
+        (agent/sampling.py), so one drop may span several back-offs (GradScaler's factor: 0.5)."""
+        factor = _quietly(getattr(self.scaler, "get_backoff_factor", lambda: None))
+        if not isinstance(factor, float) or not 0.0 < factor < 1.0:
+            return 1
+        return max(1, round(math.log(drop) / -math.log(factor)))
 
 
 def _quietly(read: Callable[[], Any]) -> Any:

@@ -21,9 +21,10 @@ from typing import Any
 
 from gpumix.agent import identity, launcher_env
 from gpumix.agent.amp import AmpWatch
-from gpumix.agent.lazy import PinnedPool, computed, initialized_device, use_device
+from gpumix.agent.lazy import LazyScalar, PinnedPool, computed, initialized_device, use_device
 from gpumix.agent.process_figures import ProcessFigures
 from gpumix.agent.restart import RestartControl, load_run_plan
+from gpumix.agent.sampling import DeviceSampling
 from gpumix.agent.sender import Sender
 from gpumix.agent.step_record import (  # noqa: F401  (re-exported: the agent's names, as before)
     AMP_FIELDS,
@@ -36,7 +37,7 @@ from gpumix.agent.step_record import (  # noqa: F401  (re-exported: the agent's 
     record_numbers,
 )
 from gpumix.agent.step_ring import StepRing
-from gpumix.agent.values import Coerced, NotANumber, Setting, coerce, read
+from gpumix.agent.values import Coerced, NotANumber, Setting, coerce, on_gpu, read
 
 log = logging.getLogger("gpumix.agent")
 # A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
@@ -78,6 +79,7 @@ class Agent:
         self._wall_offset_s = time.time() - time.perf_counter()  # a step's wall clock, from its perf_counter end
         self._cuda = identity.uses_cuda()
         self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
+        self.sampling = DeviceSampling()  # which steps copy their CUDA values: at most one each 0.1 s
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
         self._figures = ProcessFigures(self._cuda, self.cuda_device)  # allocator and process, once a second
         self._warned = False
@@ -153,10 +155,14 @@ class Agent:
         self._last_end_s = record.end_s
         if self._amp is not None and record.loss_scale is None:
             record.loss_scale = self._amp.scale_tensor()
+        record.device_due = self.sampling.due(record.end_s)
+        copied = False
         for name in RECORD_NUMBERS:  # a tensor loss is replaced: the graph is not kept alive
             value = getattr(record, name, None)
             if value is not None and type(value) is not int and type(value) is not float:
-                setattr(record, name, self._number(name, value, self._pinned))
+                copied = self._plain(record, name, value) or copied
+        if copied:
+            self.sampling.copied(record.end_s)
         self.steps = record.index + 1
         self._last = record
         if self._steps_device is None and self._cuda:
@@ -216,9 +222,21 @@ class Agent:
             return
         for name, value in values.items():
             if name in RECORD_NUMBERS:
-                setattr(record, name, self._number(name, value, self._pinned))
+                if self._plain(record, name, value):
+                    self.sampling.copied(record.end_s)
             elif hasattr(record, name):
                 setattr(record, name, value)
+
+    def _plain(self, record: StepRecord, name: str, value: Any) -> bool:
+        """Set `value` on the record as a plain number (or a LazyScalar); a CUDA value only on a step
+        due to copy (agent/sampling.py), else it is left out and nothing is queued on the GPU.
+        True: a CUDA copy was queued."""
+        if not record.device_due and on_gpu(value):
+            setattr(record, name, None)
+            return False
+        plain = self._number(name, value, self._pinned)
+        setattr(record, name, plain)
+        return isinstance(plain, LazyScalar)
 
     def _comm_seconds(self, index: int) -> float | None:
         total = None

@@ -56,6 +56,7 @@ class StepRecord:
         self.end_s: float | None = None
         self.step_time_s: float | None = None  # previous step's end to this one's end
         self.data_wait_s: float | None = None  # previous step's end to this one's begin
+        self.device_due = False  # its CUDA values are copied (agent/sampling.py), decided when it ends
 
 
 for _name in RECORD_NUMBERS:

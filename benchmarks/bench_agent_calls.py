@@ -4,13 +4,19 @@ without a hub and with a live one, alternated in pairs so that drift hits both a
     python benchmarks/bench_agent_calls.py --out agent_calls.json          # both cases, 3 pairs
     python benchmarks/bench_agent_calls.py --case no-hub --out no_hub.json  # one case only
     python benchmarks/bench_agent_calls.py --hub-socket /tmp/gpumix-hub.sock --out calls.json
+    python benchmarks/bench_agent_calls.py --body-us 1000 --steps 2000 --out ms_steps.json   # 1 ms steps
+    python benchmarks/bench_agent_calls.py --device-read-interval 0 --out every.json  # each step copies
 
 Each run times `with agent.step(samples=256) as s: s.loss = loss` around an empty body, `--steps`
 times, with a fresh Agent (loss: a one-element tensor on --device, cuda when there is one).
 no-hub: the agent's hub address does not exist (its sender backs off and retries).
 hub: a live hub, `gpumix hub --sim mixed-10 --socket TMP` started here in its own process (or the
 hub at --hub-socket); the run counts only when its agent connected and the hub received its steps.
-With --profile FILE, one more run under cProfile (the training thread's calls; with the hub when
+A CUDA loss is copied from the GPU only on the steps the agent's sampling picks (agent/sampling.py:
+the first, then at most one each 0.1 s); `--device-read-interval 0` makes every step copy (the agent
+before sampling), and each run's `device_copies` says how many steps copied. `--body-us N` spins N µs
+inside each step (a step of a real length, so that the copying steps count in the p99) and times only
+the agent's calls around it. With --profile FILE, one more run under cProfile (the training thread's calls; with the hub when
 there is one) writes its stats to FILE and its top functions by own time into the JSON.
 The JSON holds every run, each case's median of run medians and p99s, the machine and its load.
 """
@@ -35,6 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # tests.waiting; after the installed packages (the checkout has no gpumix.agent)
 from gpumix.agent.core import Agent  # noqa: E402
+from gpumix.agent.sampling import DEVICE_READ_INTERVAL_S  # noqa: E402
 from gpumix.hub.client import HubClient  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
@@ -58,27 +65,56 @@ def hub_steps(address: str) -> int | None:
     return max((s for s in steps if s is not None), default=None)
 
 
-def one_run(address: str, steps: int, loss: torch.Tensor, profile: cProfile.Profile | None = None) -> dict:
+def spin(seconds: float) -> None:
+    """A step's work without sleeping (a sleep would hand the GIL and the core away)."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float) -> list[float]:
+    """Seconds per step spent in the agent's calls (the body not counted)."""
+    times = []
+    if body_s <= 0:  # the whole `with` around an empty body, as the earlier figures were taken
+        for _ in range(steps):
+            started = time.perf_counter()
+            with agent.step(samples=256) as step:
+                step.loss = loss
+            times.append(time.perf_counter() - started)
+        return times
+    for _ in range(steps):
+        started = time.perf_counter()
+        context = agent.step(samples=256)
+        step = context.__enter__()
+        begun = time.perf_counter()
+        spin(body_s)
+        ending = time.perf_counter()
+        step.loss = loss
+        context.__exit__(None, None, None)
+        times.append(begun - started + time.perf_counter() - ending)
+    return times
+
+
+def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespace,
+            profile: cProfile.Profile | None = None) -> dict:
     agent = Agent(address, job=JOB)
+    if args.device_read_interval is not None:
+        agent.sampling.interval_s = args.device_read_interval
     if address != ABSENT:  # the agent's first message opens its connection: wait for it, then time
         with agent.step(samples=256) as step:
             step.loss = loss
         with agent.step(samples=256) as step:
             step.loss = loss
         wait_until(lambda: agent.sender.connects >= 1, 30, "the agent to connect")
-    times = []
     if profile is not None:
         profile.enable()
-    for _ in range(steps):
-        started = time.perf_counter()
-        with agent.step(samples=256) as step:
-            step.loss = loss
-        times.append(time.perf_counter() - started)
+    times = timed_steps(agent, steps, loss, args.body_us * 1e-6)
     if profile is not None:
         profile.disable()
     if loss.device.type == "cuda":
         torch.cuda.synchronize()
     connects, dropped, last_step = agent.sender.connects, agent.sender.dropped, agent.steps - 1
+    copies = agent.sampling.copies
     agent.close(timeout_s=5.0 if address != ABSENT else 0.1)
     received = None
     if address != ABSENT:  # the hub got the steps: the connected case really was connected
@@ -86,7 +122,8 @@ def one_run(address: str, steps: int, loss: torch.Tensor, profile: cProfile.Prof
     times.sort()
     return {"mean_us": statistics.fmean(times) * 1e6, "median_us": statistics.median(times) * 1e6, "p90_us": times[int(0.90 * len(times))] * 1e6,
             "p99_us": times[int(0.99 * len(times))] * 1e6, "max_us": times[-1] * 1e6,
-            "connects": connects, "dropped": dropped, "hub_last_step": received, "steps": steps}
+            "connects": connects, "dropped": dropped, "hub_last_step": received, "steps": steps,
+            "device_copies": copies}
 
 
 def top_functions(stats: pstats.Stats, count: int = 12) -> list[dict]:
@@ -121,6 +158,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="runs per case, alternated (default 3)")
     parser.add_argument("--case", choices=("both", "no-hub", "hub"), default="both",
                         help="without a hub, with a live hub, or both alternated (default both)")
+    parser.add_argument("--body-us", type=float, default=0.0,
+                        help="spin this many µs inside each step; only the agent's calls are timed (default 0)")
+    parser.add_argument("--device-read-interval", type=float, metavar="S",
+                        help="the agent's sampling interval for CUDA values, s (default: the agent's, 0.1; 0: every step)")
     parser.add_argument("--hub-socket", metavar="PATH", help="a running hub's socket (default: start one)")
     parser.add_argument("--profile", metavar="FILE", help="profile one more hub run; pstats text to FILE")
     parser.add_argument("--out", metavar="FILE", help="write the JSON here (it is printed too)")
@@ -136,11 +177,11 @@ def main() -> None:
             runs: dict[str, list[dict]] = {case: [] for case in cases}
             for _ in range(args.pairs):
                 for case in cases:
-                    runs[case].append(one_run(ABSENT if case == "no-hub" else address, args.steps, loss))
+                    runs[case].append(one_run(ABSENT if case == "no-hub" else address, args.steps, loss, args))
             profile_top = None
             if args.profile:
                 profile = cProfile.Profile()
-                one_run(address or ABSENT, args.steps, loss, profile)
+                one_run(address or ABSENT, args.steps, loss, args, profile)
                 with open(args.profile, "w") as stream:
                     stats = pstats.Stats(profile, stream=stream).sort_stats("tottime")
                     stats.print_stats(25)
@@ -150,7 +191,9 @@ def main() -> None:
                 hub_process.terminate()
                 hub_process.wait(10)
     result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "device": args.device,
-              "steps": args.steps, "pairs": args.pairs, "hub": "started: gpumix hub --sim mixed-10"
+              "steps": args.steps, "pairs": args.pairs, "body_us": args.body_us,
+              "device_read_interval_s": DEVICE_READ_INTERVAL_S if args.device_read_interval is None
+              else args.device_read_interval, "hub": "started: gpumix hub --sim mixed-10"
               if hub_process is not None else args.hub_socket, "machine": machine(),
               "cases": {case: summary(case_runs) for case, case_runs in runs.items()}, "profile_top": profile_top}
     text = json.dumps(result, indent=1)
