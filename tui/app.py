@@ -25,6 +25,7 @@ from gpumix.tui import format as fmt
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.controls import UserControls
 from gpumix.tui.gpu_table import GpuTable
+from gpumix.tui.held_history import HeldHistory
 from gpumix.tui.palette import Palette
 from gpumix.tui.panels import (
     DETAIL_TEXT_LINES,
@@ -38,6 +39,7 @@ from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from gpumix.tui.size_notice import TooSmallScreen, too_small
 from gpumix.tui.snapshot_view import SnapshotView
+from gpumix.tui.text_panel import TextPanel, changed_regions
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
 from gpumix.wire.snapshot_types import Source
 
@@ -49,9 +51,10 @@ MIN_STALE_S = 1.0  # but never sooner: a busy box may take a moment to answer
 STALE_CHECK_S = 0.5
 
 
-class DetailPanel(Static):
+class DetailPanel(TextPanel):
     """The selected GPU's detail: redrawn when its height changes, since the rows it is given
-    decide how much it shows (the lines, then taller charts)."""
+    decide how much it shows (the lines, then taller charts); a new snapshot repaints only the
+    columns that changed."""
 
     def on_resize(self, event: events.Resize) -> None:
         show = getattr(self.app, "_show_detail", None)
@@ -268,6 +271,7 @@ class GpumixApp(UserControls, App[None]):
                 break  # a full screen hides everything below it
 
     def _show_dashboard(self, snapshot: dict[str, Any]) -> None:
+        self.held_history.offer(self._series)  # sparklines and charts advance every few snapshots
         with self.batch_update():
             self.table.show(snapshot["gpus"], self._palette or Palette.from_theme(self.current_theme), snapshot.get("ranks"))
             self._set_text("#run", run_line(snapshot))
@@ -277,13 +281,30 @@ class GpumixApp(UserControls, App[None]):
         self.renders += 1
 
     def _set_text(self, selector: str, text: str) -> None:
-        """Repaint a panel only when its text changed."""
+        """Repaint a panel only when its text changed: a TextPanel only the changed columns; a
+        Static whole, laid out again only when its size may change (a line more or less, or wrapped)."""
         panels = self.main_screen.query(selector)
         if not panels:
             return  # the app is closing: its dashboard's widgets are gone (a late snapshot or recovery)
-        if self._panel_text.get(selector) != text:
-            self._panel_text[selector] = text
-            panels.only_one(Static).update(Text(text))  # never markup: it holds outside text
+        old = self._panel_text.get(selector)
+        if old == text:
+            return
+        self._panel_text[selector] = text
+        panel = panels.only_one(Static)
+        if isinstance(panel, TextPanel):
+            panel.show(text)
+            return
+        same_size = old is not None and changed_regions(old.split("\n"), text.split("\n"), panel.content_size.width) is not None
+        panel.update(Text(text), layout=not same_size)  # never markup: it holds outside text
+
+    _held_history: HeldHistory | None = None
+
+    @property
+    def held_history(self) -> HeldHistory:
+        """The history the detail panel draws (gpumix.tui.held_history)."""
+        if self._held_history is None:
+            self._held_history = HeldHistory()
+        return self._held_history
 
     def _show_detail(self) -> None:
         if self.snapshot is None:
@@ -293,7 +314,7 @@ class GpumixApp(UserControls, App[None]):
         if gpu is not None:
             self._series_index = gpu["index"]
             rows = self.main_screen.query_one("#detail").content_size.height or DETAIL_TEXT_LINES
-            self._set_text("#detail", detail_text(gpu, self.cached_series, self.terminal_size.width - 2, rows))
+            self._set_text("#detail", detail_text(gpu, self.held_history.series, self.terminal_size.width - 2, rows))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_detail()

@@ -1,4 +1,4 @@
-"""The GPU table: one row per GPU, cells rewritten only when their text changed."""
+"""The GPU table: one row per GPU, cells rewritten and repainted only when their text changed."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.coordinate import Coordinate
-from textual.widgets import DataTable
 
 from gpumix.tui import format as fmt
+from gpumix.tui.keyed_table import KeyedTable
 from gpumix.tui.palette import Palette
 
 # (key, label, width): fixed widths keep columns still, so a tick rewrites only changed cells.
@@ -191,15 +190,13 @@ def row_cells(gpu: dict[str, Any], palette: Palette, ranks: dict[int, dict[str, 
     return {key: Text(f" {text:>{widths[key]}}", style=style or "") for key, (text, style) in cells.items() if key in widths}
 
 
-class GpuTable(DataTable):
-    """Rows keyed by GPU UUID, columns by name: `update_cell` touches only what changed."""
+class GpuTable(KeyedTable):
+    """Rows keyed by GPU UUID, columns by name: a tick rewrites and repaints only changed cells."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Charts", show=False, id="gpus.charts")]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", cell_padding=0, zebra_stripes=False, **kwargs)
-        self._shown: dict[tuple[str, str], str] = {}  # (uuid, column) -> plain text on screen
-        self._shown_styles: dict[tuple[str, str], str] = {}
         self.view = "hardware"
         self.wide = False  # WIDE_VIEWS' columns: the terminal is at least WIDE_MIN_WIDTH wide
         self.marked: set[str] = set()  # GPUs picked for a power change (space, T)
@@ -235,8 +232,6 @@ class GpuTable(DataTable):
         """New columns: every row is added again at the next show, the cursor kept."""
         cursor = self.cursor_row
         self.clear(columns=True)
-        self._shown.clear()
-        self._shown_styles.clear()
         self._add_columns()
         self._restore_cursor = cursor
 
@@ -245,38 +240,15 @@ class GpuTable(DataTable):
     def show(self, gpus: list[dict[str, Any]], palette: Palette, ranks: list[dict[str, Any]] | None = None) -> None:
         by_rank = {rank["rank"]: rank for rank in ranks or []}
         columns = self.columns_shown
-        for gpu in gpus:
-            uuid = gpu["uuid"]
-            cells = row_cells(gpu, palette, by_rank, columns, marked=uuid in self.marked)
-            if uuid not in self.rows:
-                self.add_row(*(cells[key] for key, _, _ in columns), key=uuid)
-                for key, _, _ in columns:
-                    self._shown[(uuid, key)] = cells[key].plain
-                    self._shown_styles[(uuid, key)] = str(cells[key].style)
-                continue
-            for key, text in cells.items():
-                plain, style = text.plain, str(text.style)
-                if self._shown.get((uuid, key)) != plain or self._shown_styles.get((uuid, key)) != style:
-                    self.update_cell(uuid, key, text)
-                    self._shown[(uuid, key)] = plain
-                    self._shown_styles[(uuid, key)] = style
+        self.sync({gpu["uuid"]: row_cells(gpu, palette, by_rank, columns, marked=gpu["uuid"] in self.marked)
+                   for gpu in gpus})
         if self._restore_cursor is not None and self.row_count:
             self.move_cursor(row=min(self._restore_cursor, self.row_count - 1))
             self._restore_cursor = None
 
-    def update_cell(self, row_key: Any, column_key: Any, value: Any, *, update_width: bool = False) -> None:
-        """DataTable.update_cell repaints the whole table; this repaints the one cell, so a tick
-        writes to the terminal only what changed (over SSH, bytes are what the user pays).
-        Widths never change here: every cell is padded to its column's fixed width."""
-        row_index = self.get_row_index(row_key)
-        column_index = self.get_column_index(column_key)
-        self._data[row_key][column_key] = value
-        self._update_count += 1  # DataTable's render caches are keyed by this count
-        self.refresh_coordinate(Coordinate(row_index, column_index))
-
     def forget_styles(self) -> None:
         """After a theme change every styled cell must be rewritten."""
-        self._shown_styles.clear()
+        self.forget_cells()
 
     @property
     def selected_uuid(self) -> str | None:

@@ -7,12 +7,14 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 
 from gpumix.tui import format as fmt
 from gpumix.tui.gpu_table import WIDE_MIN_WIDTH, short_tier
+from gpumix.tui.keyed_table import KeyedTable
 from gpumix.tui.panels import run_line
 from gpumix.tui.snapshot_view import SnapshotView
+from gpumix.tui.text_panel import TextPanel
 
 # What people read first comes first, short enough that at 80 columns it needs no scrolling
 # (issue 12: Peak mem, CPU %, Loss and its trend were behind a horizontal scroll); the rest follows.
@@ -58,29 +60,20 @@ class RanksScreen(SnapshotView):
     BINDINGS = [Binding("escape,r", "app.pop_screen", "Back", id="ranks.back")]
 
     def compose(self) -> ComposeResult:
-        yield Static(id="ranks-run")
+        yield TextPanel(id="ranks-run")
         yield Static(Text(LEGEND), id="ranks-legend")
-        yield DataTable(id="ranks", cursor_type="row")
+        yield KeyedTable(id="ranks", cursor_type="row")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
+        table = self.query_one(KeyedTable)
         for key, label in COLUMNS:
             table.add_column(label, key=key)
 
     def show(self, snapshot: dict[str, Any]) -> None:
-        self.query_one("#ranks-run", Static).update(Text(run_line(snapshot)))
-        table = self.query_one(DataTable)
+        self.query_one("#ranks-run", TextPanel).show(run_line(snapshot))
         gpus = {gpu["uuid"]: gpu for gpu in snapshot["gpus"]}
-        wanted = {f"{rank['job']}:{rank['rank']}": rank for rank in snapshot["ranks"]}
-        for key in [row.value for row in table.rows if row.value not in wanted]:
-            table.remove_row(key)
         trend_width = WIDE_TREND if getattr(self.app, "terminal_size", self.app.size).width >= WIDE_MIN_WIDTH else NARROW_TREND
-        for key, rank in wanted.items():
-            cells = rank_row(rank, gpus, trend_width)
-            if key not in table.rows:
-                table.add_row(*cells, key=key)
-                continue
-            for (column, _), value in zip(COLUMNS, cells, strict=True):
-                if table.get_cell(key, column) != value:
-                    table.update_cell(key, column, value)
+        keys = [key for key, _ in COLUMNS]
+        self.query_one(KeyedTable).sync({f"{rank['job']}:{rank['rank']}": dict(zip(keys, rank_row(rank, gpus, trend_width), strict=True))
+                                         for rank in snapshot["ranks"]})

@@ -9,13 +9,15 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 
 from gpumix.hw.topology import topology_text
 from gpumix.tui import format as fmt
 from gpumix.tui.chart import LARGEST_FULL, SMALLEST_FULL, data_full_scale, fixed_scale, line_chart
 from gpumix.tui.dialog import Dialog
+from gpumix.tui.keyed_table import KeyedTable
 from gpumix.tui.snapshot_view import SnapshotView
+from gpumix.tui.text_panel import TextPanel
 
 # Rich markup ([b]...[/b]); lines within 72 columns, so the box does not wrap them at 80x24.
 HELP_INTRO = "[b]gpumix-top[/b] — a mixed box's GPUs, links and power, beside training."
@@ -85,13 +87,13 @@ class TopologyScreen(SnapshotView):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(id="topology-text")
+            yield TextPanel(id="topology-text")
         yield Footer(compact=True)  # compact, as every screen: its keys stay in view at 80 columns
 
     def show(self, snapshot: dict[str, Any]) -> None:
         # The link names come from the hub: each line shown as plain text, controls made visible.
         lines = topology_text(snapshot).split("\n")
-        self.query_one("#topology-text", Static).update(Text("\n".join(fmt.plain(line) for line in lines)))
+        self.query_one("#topology-text", TextPanel).show("\n".join(fmt.plain(line) for line in lines))
 
 
 class ProcessesScreen(SnapshotView):
@@ -100,34 +102,23 @@ class ProcessesScreen(SnapshotView):
                ("cpu", "CPU%"), ("rss", "RSS"), ("command", "Command"))
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="processes", cursor_type="row")
+        yield KeyedTable(id="processes", cursor_type="row")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
+        table = self.query_one(KeyedTable)
         for key, label in self.COLUMNS:
             table.add_column(label, key=key)
 
     def show(self, snapshot: dict[str, Any]) -> None:
-        table = self.query_one(DataTable)
-        rows = {}
-        for gpu in snapshot["gpus"]:
-            for proc in gpu["processes"]:
-                # Text, not str: a DataTable parses a str cell as markup ("[/data/a.bin]" would crash it).
-                rows[f"{gpu['index']}:{proc['pid']}"] = tuple(Text(cell) for cell in (
-                    fmt.plain(gpu["index"]), fmt.plain(proc["pid"]), fmt.plain(proc["user"] or None),
-                    fmt.gib(proc["gpu_mem_bytes"]) + "G", fmt.pct(proc["cpu_pct"]),
-                    fmt.gib(proc["rss_bytes"]) + "G", fmt.plain(proc["command"] or proc["name"] or None)[:60],
-                ))
-        for key in [row.value for row in table.rows if row.value not in rows]:
-            table.remove_row(key)
-        for key, cells in rows.items():
-            if key in table.rows:
-                for (column, _), value in zip(self.COLUMNS, cells, strict=True):
-                    if table.get_cell(key, column) != value:
-                        table.update_cell(key, column, value)
-            else:
-                table.add_row(*cells, key=key)
+        # Text, not str: a DataTable parses a str cell as markup ("[/data/a.bin]" would crash it).
+        self.query_one(KeyedTable).sync({
+            f"{gpu['index']}:{proc['pid']}": dict(zip((key for key, _ in self.COLUMNS), (Text(cell) for cell in (
+                fmt.plain(gpu["index"]), fmt.plain(proc["pid"]), fmt.plain(proc["user"] or None),
+                fmt.gib(proc["gpu_mem_bytes"]) + "G", fmt.pct(proc["cpu_pct"]),
+                fmt.gib(proc["rss_bytes"]) + "G", fmt.plain(proc["command"] or proc["name"] or None)[:60],
+            )), strict=True))
+            for gpu in snapshot["gpus"] for proc in gpu["processes"]})
 
 
 @dataclass(frozen=True)
@@ -196,9 +187,9 @@ class GpuChartsScreen(SnapshotView):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(id="charts-title")
+            yield TextPanel(id="charts-title")
             for spec in CHARTS:
-                yield Static(id=f"chart-{spec.field}")
+                yield TextPanel(id=f"chart-{spec.field}")
         yield Footer(compact=True)
 
     def show(self, snapshot: dict[str, Any]) -> None:
@@ -209,8 +200,8 @@ class GpuChartsScreen(SnapshotView):
             return
         title = (f"GPU {fmt.plain(gpu['index'])} {fmt.plain(gpu['tier'])} — last {len(series(gpu['index'], 'power_w'))} samples,"
                  f" {interval_s:g} s apart")
-        self.query_one("#charts-title", Static).update(Text(title))
+        self.query_one("#charts-title", TextPanel).show(title)
         width = max(40, self.size.width - 2)
         for spec in CHARTS:
             text = chart_text(spec, gpu, series(gpu["index"], spec.field), width, interval_s)
-            self.query_one(f"#chart-{spec.field}", Static).update(Text(text))
+            self.query_one(f"#chart-{spec.field}", TextPanel).show(text)

@@ -1,0 +1,136 @@
+"""One keyed-table sync for the GPU, processes and ranks tables: rows by id, columns by name.
+
+`KeyedTable.sync(rows)` adds the rows that are new, removes the rows that are gone and rewrites only
+the cells whose text or style changed, and a rewritten cell is repainted alone. DataTable's own
+`update_cell` repaints the whole table and bumps the one counter every render cache is keyed by, so a
+tick that changed one number re-rendered every visible cell (most of the dashboard's CPU, issue 13)
+and the header went out again. Cells are rich Text, never markup: process and job names come from
+outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable
+
+MAX_ROWS = 4096  # the hub keeps at most 4096 ranks; a table never holds more rows than that
+
+CellValue = Text | str
+Signature = tuple[str, str, tuple[Any, ...]]
+
+
+class SyncResult(NamedTuple):
+    added: int
+    removed: int
+    cells_rewritten: int
+
+
+def as_text(value: CellValue) -> Text:
+    """A cell as Text: a str is taken literally ("[/data/a.bin]" is a file name, not markup)."""
+    return value if isinstance(value, Text) else Text(value)
+
+
+def signature(text: Text) -> Signature:
+    """What a cell looks like: its text, style and styled spans."""
+    return text.plain, str(text.style), tuple(text.spans)
+
+
+class KeyedTable(DataTable):
+    """A DataTable kept in step with `{row id: {column key: cell}}` by `sync`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._shown: dict[str, dict[str, Signature]] = {}  # row id -> column key -> what is on screen
+        self._pending: list[tuple[str, str, Text]] = []  # cells rewritten, repainted together
+        self._batching = False
+
+    def sync(self, rows: Mapping[str, Mapping[str, CellValue]]) -> SyncResult:
+        """Make the table show `rows` (at most MAX_ROWS, in their order for new rows); a missing
+        cell is empty. Unchanged cells are not touched, so an unchanged tick repaints nothing."""
+        columns = [column.key.value for column in self.ordered_columns]
+        wanted = dict(list(rows.items())[:MAX_ROWS])
+        gone = [row.value for row in list(self.rows) if row.value not in wanted]
+        for key in gone:
+            self.remove_row(key)
+            self._shown.pop(key, None)
+        added, changed = 0, 0
+        self._batching = True
+        try:
+            for key, cells in wanted.items():
+                texts = {column: as_text(cells.get(column, "")) for column in columns}
+                if key not in self.rows:
+                    self.add_row(*texts.values(), key=key)
+                    self._shown[key] = {column: signature(text) for column, text in texts.items()}
+                    added += 1
+                    continue
+                shown = self._shown.get(key, {})
+                for column, text in texts.items():
+                    if shown.get(column) != signature(text):
+                        self.update_cell(key, column, text)
+                        changed += 1
+        finally:
+            self._batching = False
+            self._flush()
+        return SyncResult(added, len(gone), changed)
+
+    def update_cell(self, row_key: Any, column_key: Any, value: Any, *, update_width: bool = False) -> None:
+        """One cell: repainted alone, after the rest of a sync's changes (and remembered, so a
+        sync agrees with what is on screen)."""
+        if update_width:
+            super().update_cell(row_key, column_key, value, update_width=True)
+            return
+        key = getattr(row_key, "value", row_key)
+        column = getattr(column_key, "value", column_key)
+        text = as_text(value)
+        self._shown.setdefault(key, {})[column] = signature(text)
+        self._pending.append((key, column, text))
+        if not self._batching:
+            self._flush()
+
+    def _flush(self) -> None:
+        changed, self._pending = self._pending, []
+        if changed:
+            self._rewrite(changed)
+
+    def _rewrite(self, changed: list[tuple[str, str, Text]]) -> None:
+        """Put the changed cells in, drop only their cached renders, repaint only their regions;
+        a cell wider than its auto-sized column goes through DataTable's own update (the widths)."""
+        repaint = []
+        for key, column, text in changed:
+            width = self.columns[column].content_width if column in self.columns else 0
+            if self.columns[column].auto_width and cell_len(text.plain) > width:
+                super().update_cell(key, column, text, update_width=True)  # a relayout, rarely
+                continue
+            self._data[key][column] = text
+            repaint.append((key, column))
+        if not repaint:
+            return
+        cells = set(repaint)
+        rows = {key for key, _ in repaint}
+        indexes = {self.get_row_index(key) for key in rows}
+        # DataTable's caches keyed (row, column, ...), (row, line, ...) and (count, row index)
+        self._discard(self._cell_render_cache, lambda k: (k[0], k[1]) in cells)
+        self._discard(self._row_render_cache, lambda k: k[0] in rows)
+        self._discard(self._row_renderable_cache, lambda k: k[1] in indexes)
+        self._line_cache.clear()  # lines are joined from the row cache: cheap to rebuild
+        for key, column in repaint:
+            self.refresh_coordinate(Coordinate(self.get_row_index(key), self.get_column_index(column)))
+
+    @staticmethod
+    def _discard(cache: Any, stale: Any) -> None:
+        for cache_key in [k for k in cache.keys() if stale(k)]:
+            cache.discard(cache_key)
+
+    def forget_cells(self) -> None:
+        """Every cell is rewritten at the next sync (after a theme change: the styles differ)."""
+        for shown in self._shown.values():
+            shown.clear()
+
+    def clear(self, columns: bool = False) -> Any:
+        self._shown.clear()
+        return super().clear(columns=columns)

@@ -1,0 +1,87 @@
+"""A panel of plain text that repaints only what changed (issue 13: the dashboard's bytes).
+
+`Static.update` lays the whole screen out again and repaints the whole panel, so a clock that moved
+one digit rewrote the title line and a changed number rewrote every line of the detail panel. A
+`TextPanel` keeps its lines; while their count stays and every line fits the panel's width (nothing
+wraps), it repaints on each changed line only the columns that changed (runs of changes close
+together as one), with no relayout. Otherwise (a line more or less, a line that wraps) it updates as a
+Static does. Its text is always plain Text, never markup: it holds outside text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.app import RenderResult
+from textual.geometry import Region
+from textual.widgets import Static
+
+MERGE_GAP = 12  # unchanged columns between two changes that cost less to rewrite than to skip
+# (a cursor move and the style opened again take about as many bytes)
+
+
+def changed_spans(old: str, new: str, merge_gap: int = MERGE_GAP) -> list[tuple[int, int]]:
+    """The column ranges [start, end) that differ between two lines of single-width characters
+    (the shorter one padded with blanks); changes fewer than `merge_gap` columns apart are one."""
+    width = max(len(old), len(new))
+    old, new = old.ljust(width), new.ljust(width)
+    spans: list[tuple[int, int]] = []
+    for column in (x for x in range(width) if old[x] != new[x]):
+        if spans and column - spans[-1][1] < merge_gap:
+            spans[-1] = (spans[-1][0], column + 1)
+        else:
+            spans.append((column, column + 1))
+    return spans
+
+
+def changed_regions(old: list[str], new: list[str], width: int) -> list[Region] | None:
+    """The regions to repaint when `old` lines become `new` in a panel `width` cells wide, or None
+    when only a relayout will do (the line count changed, or a line wraps)."""
+    if len(old) != len(new) or any(cell_len(line) > width for line in (*old, *new)):
+        return None
+    regions = []
+    for y, (before, after) in enumerate(zip(old, new, strict=True)):
+        if before == after:
+            continue
+        if cell_len(before) != len(before) or cell_len(after) != len(after):  # wide characters
+            regions.append(Region(0, y, width, 1))
+            continue
+        regions += [Region(start, y, end - start, 1) for start, end in changed_spans(before, after)]
+    return regions
+
+
+class TextPanel(Static):
+    """A Static that shows plain text with `show(text)`, repainting only the changed columns."""
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._text = Text(text)
+        self._lines: list[str] | None = text.split("\n") if text else None
+        self.relayouts = 0  # how often a new text needed a layout pass (tests count them)
+
+    def render(self) -> RenderResult:
+        return self._text
+
+    @property
+    def text(self) -> str:
+        return self._text.plain
+
+    def show(self, text: str) -> None:
+        """Show `text` (a no-op when it is what is shown)."""
+        lines = text.split("\n")
+        old, self._lines = self._lines, lines
+        if old == lines:
+            return
+        self._text = Text(text)
+        regions = changed_regions(old, lines, self.content_size.width) if old is not None and self.is_mounted else None
+        if regions is None:
+            self.relayouts += 1
+            self.refresh(layout=True)
+        elif regions:
+            self.refresh(*regions)
+
+    def update(self, content: Any = "", *, layout: bool = True) -> None:
+        """As `show`: a Text's plain text, a str taken literally (never markup)."""
+        self.show(content.plain if isinstance(content, Text) else str(content))
