@@ -43,13 +43,14 @@ class AmpWatch:
 
     def fields(self, scale: float | None) -> dict[str, Any]:
         """Called in step order: each back-off of the scale is a skipped step (GradScaler backs off only
-        then); a step without its scale (not sampled) leaves the count as it is."""
+        then); a step without its scale (not sampled) leaves the count as it is and carries the last one."""
         found: dict[str, Any] = {"amp_autocast": 0 if self.dtype == "float32" else 1, "amp_dtype": self.dtype}
         if scale is not None and math.isfinite(scale) and scale > 0:
             if self._last_scale is not None and scale < self._last_scale:
                 self.skipped += self._backoffs(self._last_scale / scale)
             self._last_scale = scale
-            found["loss_scale"] = scale
+        if self._last_scale is not None:  # a step whose scale was not sampled: the scale in force, as last read
+            found["loss_scale"] = self._last_scale
         if isinstance(self.scaler, ScaleSource) and self.scaler.skipped is not None:
             counted = _quietly(self.scaler.skipped)  # read here, on the sender thread: a plain int
             if isinstance(counted, int) and not isinstance(counted, bool) and counted >= 0:

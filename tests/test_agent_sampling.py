@@ -158,7 +158,10 @@ class _Scaler:
 
 def test_a_sampled_scale_counts_each_back_off_between_two_samples() -> None:
     watch = AmpWatch(_Scaler(), "float16")
-    counts = [watch.fields(scale)["amp_skipped_steps"] for scale in (65536.0, None, 16384.0, 16384.0, 32768.0, 4096.0)]
-    assert counts == [0, 0, 2, 2, 2, 5]  # two halvings between samples, then growth, then three
+    fields = [watch.fields(scale) for scale in (65536.0, None, 16384.0, 16384.0, 32768.0, 4096.0, None)]
+    assert [f["amp_skipped_steps"] for f in fields] == [0, 0, 2, 2, 2, 5, 5]  # two halvings between samples, growth, three
+    # a step whose scale was not sampled carries the scale in force (the rank row and the collapse finding read it)
+    assert [f["loss_scale"] for f in fields] == [65536.0, 65536.0, 16384.0, 16384.0, 32768.0, 4096.0, 4096.0]
+    assert "loss_scale" not in AmpWatch(_Scaler(), "float16").fields(None)  # none read yet: none sent
     no_factor = AmpWatch(object(), "float16")  # a scaler without the getter: one step per drop
     assert [no_factor.fields(scale)["amp_skipped_steps"] for scale in (8.0, 2.0)] == [0, 1]
