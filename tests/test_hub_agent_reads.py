@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpumix.hub import Hub
-from gpumix.hub.agent_stream import AGENT_READ_PAUSE_ENV, agent_read_pause_s
+from gpumix.hub.agent_stream import AGENT_READ_PAUSE_ENV, AgentProtocol, agent_read_pause_s
 from gpumix.hub.server import HubServer
 from gpumix.hw.hardware import Hardware
 from gpumix.wire import protocol
@@ -39,13 +39,13 @@ def served(demo_hardware: Hardware) -> Iterator[tuple[Hub, HubServer]]:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times the hub's event loop handed received bytes to a connection (a real read each)."""
     counted: list[int] = []
-    original = asyncio.StreamReaderProtocol.data_received
+    # the hello comes through the stream's protocol, the agent's frames through AgentProtocol
+    for kind in (asyncio.StreamReaderProtocol, AgentProtocol):
+        def counting(self: Any, data: bytes, original: Any = kind.data_received) -> None:
+            counted.append(len(data))
+            original(self, data)
 
-    def counting(self: Any, data: bytes) -> None:
-        counted.append(len(data))
-        original(self, data)
-
-    monkeypatch.setattr(asyncio.StreamReaderProtocol, "data_received", counting)
+        monkeypatch.setattr(kind, "data_received", counting)
     return counted
 
 

@@ -6,6 +6,7 @@ to the hub in few calls, every step in order."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import random
@@ -16,8 +17,8 @@ from typing import Any
 import pytest
 
 from gpumix.hub import Hub
-from gpumix.hub.agent_stream import READ_BYTES, FrameCutter, handle_frames
-from gpumix.hub.connections import read_message
+from gpumix.hub.agent_stream import READ_BYTES, AgentProtocol, FrameCutter, handle_frames
+from gpumix.hub.connections import Silent, read_message
 from gpumix.hub.ranks import parse_step, parse_transport
 from gpumix.hub.server import HubServer
 from gpumix.hw.hardware import Hardware
@@ -246,3 +247,48 @@ def test_a_burst_of_frames_reaches_the_hub_in_few_calls(demo_hardware: Hardware)
                        what="the rank gone after its bye")
     finally:
         server.stop()
+
+
+def test_a_bad_frame_after_good_ones_is_refused_with_its_reason_and_the_good_ones_count(
+        demo_hardware: Hardware) -> None:
+    """The agent's own protocol hands the connection back to its stream for the refusal (tell)."""
+    hub = Hub(demo_hardware, host_sampler=FixedHostSampler(), hostname="rig01")
+    hub.tick()
+    server = HubServer(hub, SOCKET_PATH)
+    server.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(SOCKET_PATH)
+            steps = b"".join(protocol.encode({"type": "step", "step": i, "step_time_s": 0.1}) for i in range(3))
+            sock.sendall(protocol.encode({"type": "hello", "role": "agent", "rank": 0, "pid": os.getpid(),
+                                          "job": "bad"}) + steps + protocol.HEADER.pack(7) + b"notjson")
+            header = sock.recv(protocol.HEADER.size, socket.MSG_WAITALL)
+            reply = json.loads(sock.recv(protocol.HEADER.unpack(header)[0], socket.MSG_WAITALL))
+            assert reply["type"] == "error" and "not JSON" in reply["message"]
+        stream = next(iter(hub._intake.table.streams.values()))
+        assert [step["step"] for step in stream.steps] == [0, 1, 2]
+        wait_until(lambda: "not JSON" in (server.closed_reasons or [""])[-1], 10, what="the reason logged")
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("lost", "ending"), [
+    (None, asyncio.IncompleteReadError), (TimeoutError(errno.ETIMEDOUT, "Connection timed out"), Silent),
+    (ConnectionResetError(), ConnectionResetError)])
+def test_how_an_agent_connection_ended_is_what_the_stream_reader_said(lost: Exception | None, ending: type) -> None:
+    """EOF and a reset are quiet ends for the handler; the kernel's keepalive is named as such."""
+    async def end() -> BaseException | None:
+        ours, theirs = socket.socketpair()
+        reader = asyncio.StreamReader()
+        transport, original = await asyncio.get_running_loop().connect_accepted_socket(
+            lambda: asyncio.StreamReaderProtocol(reader), ours)
+        stream = AgentProtocol(Recorder(), None, transport, original, 5.0, lambda: 0.0)
+        stream.connection_lost(lost)
+        transport.close()
+        theirs.close()
+        return stream.done.exception()
+
+    error = asyncio.run(end())
+    assert isinstance(error, ending)
+    assert "keepalive" in str(error) or ending is not Silent

@@ -1,12 +1,14 @@
 """An agent's stream on the hub, after its hello: its frames read many at a time, its steps handed to
 the hub in one call per read.
 
-An agent writes its steps in batches (agent/sender.py: one write every 0.1 s). A read here takes what
-the kernel holds, up to READ_BYTES, cuts every whole frame out of it (FrameCutter) and hands the steps
-to the hub together (Hub.agent_steps: one lock, one clock reading), not one await, one timer and one
-lock per frame (issue 13: that was most of the hub's CPU per rank). Nothing changes for the peer:
-frames count in order, those before a bad frame included; the bad one closes the connection; a `bye`
-ends it and what follows it is not read.
+An agent writes its steps in batches (agent/sender.py: one write every 0.1 s). After the hello, the
+connection's protocol is AgentProtocol: in the event loop's read callback, each read (what the kernel
+holds) is cut into whole frames (FrameCutter) and its steps go to the hub together (Hub.agent_steps:
+one lock, one clock reading). Before, each frame took two awaits of the stream reader, a task wake-up,
+a timer set and cancelled, and a lock (issue 13: the hub's CPU per rank was mostly that, per read).
+Nothing changes for the peer: frames count in order, those before a bad frame included; the bad one
+closes the connection (with its reason, through the stream put back); a `bye` ends it and what
+follows it is not read.
 
 The reads may also pause after each one (GPUMIX_HUB_AGENT_READ_PAUSE_S, off by default), so the
 frames written meanwhile wait in the kernel and come in one read: steps then show up to the pause late,
@@ -18,12 +20,13 @@ What it may import: the hub's connections and ranks, gpumix.wire.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from gpumix.hub.connections import bytes_within
+from gpumix.hub.connections import Silent
 from gpumix.hub.ranks import parse_step, parse_transport
 from gpumix.wire import protocol
 from gpumix.wire.protocol import ProtocolError
@@ -116,24 +119,92 @@ def handle_frames(hub: StepSink, key: Any, bodies: Iterator[bytearray]) -> bool:
     return False
 
 
+class AgentProtocol(asyncio.Protocol):
+    """Installed on an agent's transport after its hello: each read's frames are handled in the loop's
+    read callback. `done` ends with None (a bye) or the connection's end: IncompleteReadError (EOF),
+    Silent (idle, or the kernel's keepalive gave up), ProtocolError, or whatever handling raised."""
+
+    def __init__(self, hub: StepSink, key: Any, transport: asyncio.BaseTransport, original: asyncio.BaseProtocol,
+                 idle_timeout_s: float, pause_s: Callable[[], float]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._hub, self._key, self._transport, self._original = hub, key, transport, original
+        self._idle_timeout_s, self._pause_s = idle_timeout_s, pause_s
+        self._pausable = isinstance(transport, asyncio.ReadTransport)
+        self._cutter = FrameCutter()
+        self.done: asyncio.Future[None] = self._loop.create_future()
+        self._last_read_s = self._loop.time()
+        # one timer for the idle timeout, moved on only when it fires: none set and cancelled per read
+        self._timer = self._loop.call_at(self._last_read_s + idle_timeout_s, self._check_idle)
+
+    def data_received(self, data: bytes) -> None:
+        if self.done.done():
+            return  # after a bye or an error: what follows is not read (the old reader stopped there)
+        self._last_read_s = self._loop.time()
+        pause = self._pause_s()
+        if pause > 0 and self._pausable and self._transport.is_reading():  # type: ignore[attr-defined]
+            # the frames of this read are handled below; the next ones wait in the kernel's buffer
+            self._transport.pause_reading()  # type: ignore[attr-defined]
+            self._loop.call_later(pause, self._transport.resume_reading)  # type: ignore[attr-defined]
+        try:
+            if handle_frames(self._hub, self._key, self._cutter.frames(data)):
+                self._end(None)
+        except Exception as error:  # the connection's end, reported by its handler (never the loop's log)
+            self._end(error)
+
+    def eof_received(self) -> bool | None:
+        self._end(asyncio.IncompleteReadError(b"", None))
+        return self._original.eof_received()  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is None:
+            self._end(asyncio.IncompleteReadError(b"", None))
+        elif getattr(exc, "errno", None) == errno.ETIMEDOUT:
+            self._end(Silent("the peer stopped answering (TCP keepalive)"))
+        else:
+            self._end(exc)
+        self._timer.cancel()
+        self._original.connection_lost(exc)  # the stream's own bookkeeping (its reader, its closed future)
+
+    def _check_idle(self) -> None:
+        idle_until = self._last_read_s + self._idle_timeout_s
+        if self._loop.time() < idle_until:
+            self._timer = self._loop.call_at(idle_until, self._check_idle)
+            return
+        self._end(Silent(f"silent for {self._idle_timeout_s:g} s (the agent reconnects at its next step)"))
+
+    def _end(self, error: BaseException | None) -> None:
+        if self.done.done():
+            return
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(error)
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+
 async def serve_agent(reader: asyncio.StreamReader, hub: StepSink, key: Any, transport: asyncio.BaseTransport,
                       idle_timeout_s: float, pause_s: Callable[[], float]) -> None:
-    """Feed the hub from this agent's frames until its bye, its EOF (IncompleteReadError) or an error
-    (ProtocolError, Silent after idle_timeout_s without a byte). `pause_s` is read at each read."""
-    idle = f"silent for {idle_timeout_s:g} s (the agent reconnects at its next step)"
-    loop = asyncio.get_running_loop()
+    """Feed the hub from this agent's frames until its bye, or raise how the connection ended (see
+    AgentProtocol). `pause_s` is read at each read. The stream's own protocol is put back before
+    returning, so a refusal can still be told through `reader` (connections.tell)."""
+    original = transport.get_protocol()
+    stream = AgentProtocol(hub, key, transport, original, idle_timeout_s, pause_s)
+    # the frames that came with the hello wait in the stream's buffer (asyncio has no public call for it)
+    leftover = bytes(reader._buffer)
+    reader._buffer.clear()
+    transport.set_protocol(stream)
     pausable = isinstance(transport, asyncio.ReadTransport)
-    cutter = FrameCutter()
     try:
-        while True:
-            data = await bytes_within(reader, READ_BYTES, idle_timeout_s, idle)
-            pause = pause_s()
-            if pause > 0 and pausable and transport.is_reading():  # type: ignore[attr-defined]
-                # the frames already read are handled below; the next ones wait in the kernel's buffer
-                transport.pause_reading()  # type: ignore[attr-defined]
-                loop.call_later(pause, transport.resume_reading)  # type: ignore[attr-defined]
-            if handle_frames(hub, key, cutter.frames(data)):
-                return
-    finally:  # a refusal reads the agent's last frames until it closes (tell): not after a pause
-        if pausable:
-            transport.resume_reading()  # type: ignore[attr-defined]
+        if pausable and not transport.is_reading():  # the stream paused it for a full buffer, now empty
+            transport.resume_reading()
+        if leftover:
+            stream.data_received(leftover)
+        await stream.done
+    finally:
+        stream.close()
+        if not transport.is_closing():
+            transport.set_protocol(original)
+            if pausable:  # not after a pause: a refusal reads the agent's last frames until it closes
+                transport.resume_reading()

@@ -67,15 +67,6 @@ async def read_within(reader: asyncio.StreamReader, allowed: set[str], timeout_s
     return await _within(read_message(reader, allowed), timeout_s, why)
 
 
-async def bytes_within(reader: asyncio.StreamReader, most: int, timeout_s: float, why: str) -> bytes:
-    """What the peer has sent, up to `most` bytes, as soon as there is any; Silent(why) after
-    timeout_s; IncompleteReadError at its end (as read_message's)."""
-    data = await _within(reader.read(most), timeout_s, why)
-    if not data:
-        raise asyncio.IncompleteReadError(b"", None)
-    return data
-
-
 async def _within(awaitable: Awaitable[T], timeout_s: float, why: str) -> T:
     try:
         if hasattr(asyncio, "timeout"):  # 3.11: no task per message (wait_for makes one)
