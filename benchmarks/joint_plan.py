@@ -38,8 +38,9 @@ from typing import Any
 import oracle_replan as oracle
 
 from gpumix.plan.inputs import measures, plan_from_snapshot
+from gpumix.plan.prediction import hindsight_error
 from gpumix.power.budget import GpuPower, fit_to_budget, gpu_power_from_snapshot
-from gpumix.power.joint import JointRank, joint_plan
+from gpumix.power.joint import JointRank, joint_offer, joint_plan
 from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig
 from gpumix.sim.world import World
 
@@ -58,6 +59,7 @@ class WorldRank:
 
     def __init__(self, world: World, index: int, min_w: float, max_w: float, upper_samples: int) -> None:
         self.world, self.index, self.min_w, self.max_w, self.upper_samples = world, index, min_w, max_w, upper_samples
+        self.lower_samples = 0
         self.rig = world.rig
 
     def time_s(self, samples: int, cap_w: float) -> float:
@@ -91,13 +93,23 @@ def strategies(job: oracle.Job, world: World, gpus: list[GpuPower], counts: list
     comm_s = max((g.comm_s for g in gpus), default=0.0)
     ranks = [JointRank(index=g.index, compute=by_rank[g.index].compute_curve(), cap_w=g.cap_w, min_w=g.min_w,
                        max_w=max(g.cap_w, g.default_w), power=g.power_curve(),
-                       upper_samples=oracle.micro_cap(rig, g.index) * MAX_K) for g in gpus]
+                       upper_samples=oracle.micro_cap(rig, g.index) * MAX_K,
+                       measured_samples=tuple(n for n in (by_rank[g.index].current_samples,
+                                                          *(n for n, _ in by_rank[g.index].compute_points)) if n > 0))
+             for g in gpus]
     proposal = joint_plan(ranks, total, GRANULARITY, budget_w)
+    offer = joint_offer(ranks, total, GRANULARITY, budget_w, fit.step_after_s or 0.0, comm_s,
+                        hindsight_error(list(by_rank.values())))
     result: dict[str, Any] = {
         "split_then_fit": {"counts": counts, "caps_w": fitted, "caps_sum_w": sum(fitted),
                            "predicted_step_s": fit.step_after_s, "world_step_s": oracle.step_s(world, counts, fitted, micro)},
-        "joint": None,
+        "joint": None, "offer": offer.to_json(),
+        "measured_caps_w": {g.index: [c for c, _ in g.power_curve().points] for g in gpus},
     }
+    if offer.proposal is not None:
+        offer_micro = micro_for(rig, offer.proposal.samples)
+        result["offer"]["world_step_s"] = oracle.step_s(world, offer.proposal.samples, offer.proposal.caps_w, offer_micro)
+        result["offer"]["world_gain"] = result["split_then_fit"]["world_step_s"] / result["offer"]["world_step_s"] - 1
     if proposal is not None:
         joint_micro = micro_for(rig, proposal.samples)
         result["joint"] = {"counts": list(proposal.samples), "caps_w": list(proposal.caps_w),
@@ -130,22 +142,25 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float) -> dict[str, Any]:
                                          "caps_sum_w": sum(best.caps_w), "world_step_s": best_step}}
     for label, gpus in (("learned", learned), ("prior", prior)):
         found = strategies(job, world, gpus, counts, micro, budget_w)
-        for entry in found.values():
+        for entry in (found["split_then_fit"], found["joint"]):
             if entry is not None:
                 entry["share_of_oracle"] = best_step / entry["world_step_s"]
                 entry["within_budget"] = entry["caps_sum_w"] <= budget_w + 1e-6
         joint, serial = found["joint"], found["split_then_fit"]
         if joint is not None and serial["predicted_step_s"]:
             predicted_gain = serial["predicted_step_s"] / joint["predicted_step_s"] - 1
-            found["offered"] = predicted_gain >= MIN_GAIN
+            found["unguarded_offered"] = predicted_gain >= MIN_GAIN  # the old rule: no evidence bounds
             found["predicted_gain"] = predicted_gain
             found["world_gain"] = serial["world_step_s"] / joint["world_step_s"] - 1
+        found["offered"] = found["offer"]["offered"]  # the product's rule (gpumix.power.joint.joint_offer)
         result[label] = found
     return result
 
 
-def _with_offer(found: dict[str, Any]) -> float:
-    return found["joint"]["share_of_oracle"] if found.get("offered") else found["split_then_fit"]["share_of_oracle"]
+def _with_offer(found: dict[str, Any], best_step_s: float) -> float:
+    if found.get("offered"):
+        return best_step_s / found["offer"]["world_step_s"]
+    return found["split_then_fit"]["share_of_oracle"]
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -159,12 +174,18 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
             "joint_median": statistics.median(joint) if joint else None, "joint_worst": min(joint) if joint else None,
             "joint_found": len(joint),
             "offered": len(offered),
-            "offered_and_faster_in_world": sum(1 for f in offered if f["world_gain"] > 0),
-            "offered_world_gain_median": statistics.median(f["world_gain"] for f in offered) if offered else None,
-            "offered_world_gain_worst": min(f["world_gain"] for f in offered) if offered else None,
+            "offered_and_faster_in_world": sum(1 for f in offered if f["offer"]["world_gain"] > 0),
+            "offered_world_gain_median": statistics.median(f["offer"]["world_gain"] for f in offered) if offered else None,
+            "offered_world_gain_best": max(f["offer"]["world_gain"] for f in offered) if offered else None,
+            "offered_world_gain_worst": min(f["offer"]["world_gain"] for f in offered) if offered else None,
+            "offer_reasons": sorted({r[label]["offer"]["why"].split(":")[0][:60] for r in results}),
+            # the old rule (no evidence bounds, MIN_GAIN predicted), for comparison
+            "unguarded_offered": sum(1 for r in results if r[label].get("unguarded_offered")),
+            "unguarded_world_gain_worst": min((r[label]["world_gain"] for r in results if r[label].get("unguarded_offered")),
+                                              default=None),
             # the joint proposal taken where offered, split then fit elsewhere
-            "with_offer_median": statistics.median(_with_offer(r[label]) for r in results),
-            "with_offer_worst": min(_with_offer(r[label]) for r in results),
+            "with_offer_median": statistics.median(_with_offer(r[label], r["oracle"]["world_step_s"]) for r in results),
+            "with_offer_worst": min(_with_offer(r[label], r["oracle"]["world_step_s"]) for r in results),
             "always_within_budget": all(e["within_budget"] for r in results for e in
                                         (r[label]["split_then_fit"], r[label]["joint"]) if e),
         }

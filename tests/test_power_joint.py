@@ -4,12 +4,15 @@ split, the budget and ranges held, and refusals."""
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 
 import pytest
 
 from gpumix.model.compute_curve import ComputeCurve
 from gpumix.model.step_model import PowerCurve
-from gpumix.power.joint import JointRank, joint_plan
+from gpumix.power.joint import JointRank, joint_offer, joint_plan
 
 
 def rank(index: int, samples_per_s: float, points: tuple[tuple[float, float], ...] = ()) -> JointRank:
@@ -62,3 +65,56 @@ def test_a_tight_budget_moves_work_off_the_card_that_slows_most_when_capped() ->
 def test_what_cannot_be_searched_is_none(batch: int, unit: int, budget_w: float) -> None:
     # not whole units; a budget below the minimum caps (300 W); fewer units than ranks; no unit
     assert joint_plan(RANKS, batch, unit, budget_w) is None
+
+
+# -- the offer: only within what was measured, only past the model's own error (issue 16, item 5) --
+
+
+def measured_rank(index: int, seconds_at_64: float, caps: tuple[float, ...] = (280.0, 315.0)) -> JointRank:
+    """Compute measured at 48 and 64 samples (stock cap 350 W), power at `caps` and 350 W."""
+    return JointRank(index=index, compute=ComputeCurve.from_points([(48, seconds_at_64 * 0.75), (64, seconds_at_64)]),
+                     cap_w=350.0, min_w=100.0, max_w=350.0,
+                     power=PowerCurve.learned(350.0, [*((c, 1.0 + (350.0 - c) / 200) for c in caps), (350.0, 1.0)]),
+                     upper_samples=10_000, measured_samples=(48, 64))
+
+
+def test_the_offer_stays_within_the_measured_caps_and_splits() -> None:
+    ranks = [measured_rank(0, 0.10), measured_rank(1, 0.20)]
+    # unbounded, a tight budget cuts caps below the lowest measured (280 W) and moves work past 64
+    free = joint_plan(ranks, 112, 8, 600.0)
+    assert free is not None and (min(free.caps_w) < 280.0 or max(free.samples) > 64)
+    offer = joint_offer(ranks, 112, 8, 600.0, serial_step_s=1.0, comm_s=0.0, error=None)
+    assert offer.proposal is not None
+    assert all(280.0 <= c <= 350.0 for c in offer.proposal.caps_w)
+    assert all(48 <= n <= 64 for n in offer.proposal.samples)
+    assert offer.offered and "within the measured caps" in offer.why  # 1.0 s against about 0.2: far past 3 %
+
+
+def test_no_offer_on_prior_power_curves_or_within_the_error() -> None:
+    on_prior = [measured_rank(0, 0.10), JointRank(1, ComputeCurve.from_points([(48, 0.15), (64, 0.2)]), 350.0, 100.0,
+                                                  350.0, PowerCurve.learned(350.0, [(350.0, 1.0)]), 10_000)]
+    offer = joint_offer(on_prior, 112, 8, 650.0, serial_step_s=1.0, comm_s=0.0, error=None)
+    assert not offer.offered and offer.why.startswith("GPUs [1]: power curves from the prior")
+    ranks = [measured_rank(0, 0.10), measured_rank(1, 0.20)]
+    found = joint_offer(ranks, 112, 8, 650.0, serial_step_s=1.0, comm_s=0.0, error=None)
+    assert found.predicted_step_s is not None
+    # split then fit predicted 5 % slower than the proposal: past 3 %, not past a 6 % curve error
+    serial_s = found.predicted_step_s * 1.05
+    assert joint_offer(ranks, 112, 8, 650.0, serial_s, 0.0, error=None).offered
+    within = joint_offer(ranks, 112, 8, 650.0, serial_s, 0.0, error=0.06)
+    assert not within.offered and "not past the curves' own error 6.0%" in within.why
+    assert within.to_json()["offered"] is False and within.to_json()["caps_w"] is not None
+
+
+def test_plan_json_says_whether_the_joint_proposal_is_offered_and_why() -> None:
+    # The demo's hub publishes no learned power points to `gpumix plan`: every curve is the prior's,
+    # so the joint proposal is not offered, and the key says why (with split then fit's prediction).
+    tool = [sys.executable, "-m", "gpumix.cli.main", "plan", "--demo", "--json"]
+    done = subprocess.run([*tool, "--granularity", "16"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    joint = json.loads(done.stdout)["joint"]
+    assert joint["offered"] is False and joint["budget_w"] == 2800 and joint["split_then_fit_step_s"] > 0
+    assert joint["why"].startswith("GPUs [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]: power curves from the prior")
+    # granularity 1: 640 units is past the search's bound, said in one line
+    whole = json.loads(subprocess.run(tool, capture_output=True, text=True, timeout=120).stdout)["joint"]
+    assert whole["offered"] is False and whole["why"].startswith("not searched: the batch is 640 / 1 samples")

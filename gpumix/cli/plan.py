@@ -136,7 +136,11 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
             reply = source.control({"type": "replan", "job": job, "plan": restart_plan})
     power = draw_against_budgets(snapshot, data)  # the split at the caps in force, against every budget
     if args.json:
-        print(json.dumps({**data, "power": power, "applied": reply}, indent=1))
+        from gpumix.cli.plan_joint import joint_json
+
+        granularity = args.granularity or ((snapshot.get("jobs") or {}).get(job) or {}).get("granularity") or 1
+        joint = joint_json(snapshot, job, data, int(granularity))  # split and caps together: offered or why not
+        print(json.dumps({**data, "power": power, "joint": joint, "applied": reply}, indent=1))
     else:
         print(plan_text(job, data))
         print(power_text(power))

@@ -11,6 +11,12 @@ Pure functions of the step model's curves (gpumix.model): its quality is the cur
 power curve is kind at low caps, docs/power.md). Caps stay within [min, the cap in force or the
 default limit, whichever is higher]: a joint proposal never raises a card above its stock cap.
 Bounded: at most MAX_UNITS units of the batch and MAX_DP_WORK programme steps, else None.
+
+Offered (joint_offer) only within the evidence: each card's caps within those its power curve was
+measured at, each rank's share within the splits it was measured at (no extrapolation: measured in
+the world, the held-out loss of 16.9 % came from two 3060s cut to 114-117 W, below the 140 W the
+profile reached, where the published curve has a knee), and only where the predicted gain over
+split-then-fit passes the larger of MIN_OFFER_GAIN and the curves' own error (plan.prediction).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from gpumix.model.compute_curve import ComputeCurve
 from gpumix.model.step_model import PowerCurve
 
 MAX_UNITS = 512
+MIN_OFFER_GAIN = 0.03  # a proposal predicted less faster than this is not worth a restart and new caps
 MAX_DP_WORK = 2_000_000  # (rank, units so far, units given) triples per target time
 BISECTION_ROUNDS = 30
 CAP_RESOLUTION_W = 1.0
@@ -37,6 +44,8 @@ class JointRank:
     max_w: float  # the highest cap a proposal may set
     power: PowerCurve
     upper_samples: int  # memory and accumulation allow at most this many per step
+    lower_samples: int = 0  # a proposal gives this rank at least this many
+    measured_samples: tuple[int, ...] = ()  # the splits its compute was measured at (the curve's own, if none)
 
     def time_s(self, samples: int, cap_w: float) -> float:
         return self.compute.time_s(samples) * self.power.time_ratio(self.cap_w, cap_w)
@@ -73,12 +82,14 @@ def joint_plan(ranks: Sequence[JointRank], global_batch: int, granularity: int,
     if units < R or units > MAX_UNITS or R * units * units > MAX_DP_WORK:
         return None
     most = [min(units, r.upper_samples // granularity) for r in ranks]
-    if sum(most) < units or min(most) < 1:
+    least = [max(1, math.ceil(r.lower_samples / granularity)) for r in ranks]
+    if sum(most) < units or sum(least) > units or any(lo > hi for lo, hi in zip(least, most, strict=True)):
         return None
     room_w = budget_w - fixed_w
 
     def cheapest(limit_s: float) -> tuple[float, list[int], list[float]] | None:
-        caps = [[r.least_cap_w(u * granularity, limit_s) if 1 <= u <= most[i] else None for u in range(units + 1)]
+        caps = [[r.least_cap_w(u * granularity, limit_s) if least[i] <= u <= most[i] else None
+                 for u in range(units + 1)]
                 for i, r in enumerate(ranks)]
         best: dict[int, tuple[float, list[int]]] = {0: (0.0, [])}
         for i in range(R):
@@ -115,3 +126,55 @@ def joint_plan(ranks: Sequence[JointRank], global_batch: int, granularity: int,
     samples = tuple(u * granularity for u in picked)
     return JointProposal(samples, tuple(caps),
                          max(r.time_s(n, c) for r, n, c in zip(ranks, samples, caps, strict=True)))
+
+
+@dataclass(frozen=True)
+class JointOffer:
+    offered: bool
+    why: str  # one line: what the offer stands on, or why there is none
+    proposal: JointProposal | None = None
+    predicted_step_s: float | None = None
+    predicted_gain: float | None = None  # over split-then-fit, predicted
+
+    def to_json(self) -> dict[str, object]:
+        p = self.proposal
+        return {"offered": self.offered, "why": self.why, "predicted_step_s": self.predicted_step_s,
+                "predicted_gain": self.predicted_gain, "samples": list(p.samples) if p else None,
+                "caps_w": list(p.caps_w) if p else None}
+
+
+def within_evidence(rank: JointRank) -> JointRank | None:
+    """The rank held to what was measured: caps from its lowest measured cap to its highest (or the
+    cap in force), samples between its measured splits (one split: that one). None without two
+    measured caps (a power curve that is the prior's)."""
+    caps = [c for c, _ in rank.power.points]
+    splits = list(rank.measured_samples) or [n for n, _ in rank.compute.points]
+    if len(caps) < 2:
+        return None
+    return JointRank(rank.index, rank.compute, rank.cap_w, max(rank.min_w, min(caps)),
+                     min(rank.max_w, max(max(caps), rank.cap_w)), rank.power,
+                     min(rank.upper_samples, math.floor(max(splits))), max(rank.lower_samples, math.ceil(min(splits))),
+                     rank.measured_samples)
+
+
+def joint_offer(ranks: Sequence[JointRank], global_batch: int, granularity: int, budget_w: float,
+                serial_step_s: float, comm_s: float, error: float | None, fixed_w: float = 0.0) -> JointOffer:
+    """Split and caps together, offered where the model's own evidence says it beats split-then-fit
+    (`serial_step_s`, predicted) by more than the curves' error (`error`: None when no re-plan could
+    be checked yet, MIN_OFFER_GAIN then)."""
+    bounded = [within_evidence(r) for r in ranks]
+    thin = [r.index for r, b in zip(ranks, bounded, strict=True) if b is None]
+    if thin:
+        return JointOffer(False, f"GPUs {thin}: power curves from the prior, not measured (gpumix power profile"
+                                 " measures them): no offer beyond what was measured")
+    proposal = joint_plan([b for b in bounded if b is not None], global_batch, granularity, budget_w, fixed_w)
+    if proposal is None:
+        return JointOffer(False, "no split within the measured splits and caps fits the budget")
+    step_s = proposal.compute_s + comm_s
+    gain = serial_step_s / step_s - 1 if step_s > 0 else 0.0
+    needed = max(MIN_OFFER_GAIN, error or 0.0)
+    basis = f"the curves' own error {error:.1%}" if error is not None else f"the {MIN_OFFER_GAIN:.0%} threshold"
+    if gain <= needed:
+        return JointOffer(False, f"predicted {gain:+.1%} over split then fit: not past {basis}", proposal, step_s, gain)
+    return JointOffer(True, f"predicted {gain:+.1%} over split then fit, past {basis}, within the measured caps"
+                            " and splits", proposal, step_s, gain)

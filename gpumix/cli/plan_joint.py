@@ -1,0 +1,60 @@
+"""`gpumix plan --json`'s `joint`: split and caps together, offered only on the model's own evidence.
+
+The wiring between the planner (gpumix.plan) and the power search (gpumix.power.joint), which may not
+import each other: the job's ranks and their measured splits, each card's power curve (learned where
+the snapshot carries the hub's `power_points`, else the prior: then there is no offer), the machine's
+total budget, and the plan's split with its caps fitted by the same model (split then fit) to beat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumix.plan.inputs import measures
+from gpumix.plan.prediction import hindsight_error
+from gpumix.power.budget import gpu_power_from_snapshot
+from gpumix.power.joint import (
+    MAX_DP_WORK,
+    MAX_UNITS,
+    JointOffer,
+    JointRank,
+    joint_offer,
+    joint_plan,
+)
+
+
+def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granularity: int) -> dict[str, Any]:
+    """The joint proposal for this job against the plan's split with fitted caps: offered or why not."""
+    budget_w = snapshot.get("power_budget_w")
+    if not isinstance(budget_w, (int, float)) or budget_w <= 0:
+        return JointOffer(False, "no power budget declared (gpumix power budget, or the rig's)").to_json()
+    units = plan["global_batch"] // max(1, granularity)
+    if plan["global_batch"] % max(1, granularity) or units > MAX_UNITS or len(plan["ranks"]) * units**2 > MAX_DP_WORK:
+        return JointOffer(False, f"not searched: the batch is {plan['global_batch']} / {granularity} samples, at most"
+                                 f" {MAX_UNITS} whole units are (use --granularity)").to_json()
+    ranks_now = {m.gpu_uuid: m for m in measures(snapshot, job) if m.gpu_uuid}
+    planned = {r["gpu_uuid"]: r["samples"] for r in plan["ranks"] if r.get("samples")}
+    gpus = gpu_power_from_snapshot(snapshot)
+    taking = [g for g in gpus if g.uuid in planned and g.uuid in ranks_now]
+    if len(taking) != len(planned):
+        return JointOffer(False, "a planned rank has no GPU with power readings").to_json()
+    fixed_w = sum(g.cap_w for g in gpus if g.uuid not in planned)
+    comm_s = max((g.comm_s for g in taking), default=0.0)
+    ranks = []
+    for g in taking:
+        m = ranks_now[g.uuid]
+        splits = tuple(n for n in (m.current_samples, *(n for n, _ in m.compute_points)) if n > 0)
+        ranks.append(JointRank(index=g.index, compute=m.compute_curve(), cap_w=g.cap_w, min_w=g.min_w,
+                               max_w=max(g.cap_w, g.default_w), power=g.power_curve(),
+                               upper_samples=plan["global_batch"], measured_samples=splits))
+    # split then fit, by the same model: the plan's split held, the least slowest compute under the budget
+    held = [JointRank(r.index, r.compute, r.cap_w, r.min_w, r.max_w, r.power, planned[g.uuid], planned[g.uuid])
+            for r, g in zip(ranks, taking, strict=True)]
+    serial = joint_plan(held, plan["global_batch"], granularity, float(budget_w), fixed_w)
+    if serial is None:
+        return JointOffer(False, "the plan's split has no caps under the budget to compare with").to_json()
+    error = hindsight_error(list(ranks_now.values()))
+    offer = joint_offer(ranks, plan["global_batch"], granularity, float(budget_w), serial.compute_s + comm_s,
+                        comm_s, error, fixed_w)
+    return {**offer.to_json(), "split_then_fit_step_s": serial.compute_s + comm_s, "budget_w": budget_w,
+            "gpu_indices": [g.index for g in taking]}
