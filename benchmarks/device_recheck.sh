@@ -34,6 +34,14 @@ ATTACHED=(--cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix p
 step 30 "one-shots warm-up" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 1 "${ONESHOTS[@]}" --label warm-up
 step 60 "one-shots, a hub running" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label hub \
   --out "$OUT/costs_oneshot_hub_recheck.json" "${ATTACHED[@]}"
+importtime() {  # NAME MODULE ARGS...: where an attached one-shot's time goes, started as the installed script
+  local name=$1 module=$2; shift 2
+  step 20 "import times of $name, a hub running" bash -c "$PY -X importtime -c 'import sys; from $module import main; sys.exit(main())' $* \
+    2>'$WORK/importtime_hub_$name.txt' >/dev/null"
+}
+importtime doctor gpumix.cli.main doctor
+importtime power_show gpumix.cli.main power show
+importtime once gpumix.tui.main --once --json
 stop_hub
 step 60 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label no-hub \
   --out "$OUT/costs_oneshot_nohub_recheck.json" "${ONESHOTS[@]}"
