@@ -3,14 +3,14 @@
 (a) Ingest. One HubServer in this process, pinned (with its asyncio thread) to
 one core; M agent connections, each its own process pinned to the other
 cores, blast realistic step frames as fast as the socket takes them. The rate
-is what the hub processed: calls of Hub.agent_step (a counting wrapper) over a
+is what the hub processed: steps given to Hub.agent_steps (a counting wrapper) over a
 measuring window after a warm-up. Goal: >= 20 000 messages/s.
 
 (b) Latency. N real gpumix.agent.Agent processes (RANK 0..N-1) step at R steps/s
 in lock step for D seconds while a viewer asks for a snapshot 10 times a second.
 A step is visible in hub.snapshot() from the moment Hub.agent_step returns for
 it (snapshot() merges ranks on demand under the same lock), so that moment is
-recorded per (rank, step). Reported, in ms:
+recorded per (rank, step) (Hub.agent_steps returns for all the steps of one read). Reported, in ms:
   - delivery: from the agent handing the record to its sender (the end of the
     NEXT step: the agent reports each step one step late, by design) to visible;
   - end_to_end: from the end of the reported step itself to visible, so it
@@ -21,8 +21,14 @@ Goal: end-to-end p99 <= 100 ms.
 `--hub-command "gpumix hub --demo"` for the simulated rig) at 1 s, with N real agent processes
 stepping at R steps/s each, for each N in --tick-ranks; the hub's CPU (user + system, psutil) over
 the window, as % of one core and as ms per tick. The difference between rank counts is the cost per
-rank; the hub with no rank is the cost of its GPUs (and its fixed part). Goal: <= 0.5 % of a core
-for 10 GPUs and 10 ranks at 1 s.
+rank, and over the ranks' step rate the cost per step; the hub with no rank is the cost of its GPUs
+(and its fixed part). Goal: <= 0.5 % of a core for 10 GPUs and 10 ranks at 1 s. Its agents are CPU
+step loops (no GPU needed), so on a GPU machine the hub reads the real GPUs through NVML:
+
+    .venv/bin/python benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 15 --out hub_tick.json
+
+Where the hub's time goes: the same with the hub under benchmarks/profile_threads.py, e.g.
+--hub-command ".venv/bin/python benchmarks/profile_threads.py --out hub.prof --top hub.txt -- -m gpumix.cli.main hub".
 
     .venv/bin/python benchmarks/bench_hub.py                       # (a) and (b), JSON on stdout
     .venv/bin/python benchmarks/bench_hub.py --out /tmp/hub.json --ingest-agents 1,4,16
@@ -142,13 +148,13 @@ def bench_ingest(agents: int, seconds: float, warmup_s: float, hub_core: int, ag
     pin({hub_core})  # threads started from here on (the hub's asyncio thread) inherit it
     hub = make_hub()
     received = [0]
-    inner = hub.agent_step
+    inner = hub.agent_steps
 
-    def counting_step(key: Any, step: dict[str, Any]) -> None:
-        inner(key, step)
-        received[0] += 1
+    def counting_steps(key: Any, steps: list[dict[str, Any]]) -> None:  # the server's one call per read
+        inner(key, steps)
+        received[0] += len(steps)
 
-    hub.agent_step = counting_step  # type: ignore[method-assign]
+    hub.agent_steps = counting_steps  # type: ignore[method-assign]
     server = HubServer(hub, path)
     server.start()
     ctx = mp.get_context("spawn")
@@ -202,13 +208,15 @@ def bench_latency(agents: int, rate: float, seconds: float, hub_core: int) -> di
     pin({hub_core})
     hub = make_hub()
     seen: dict[tuple[int, int], float] = {}
-    inner = hub.agent_step
+    inner = hub.agent_steps
 
-    def timed_step(key: Any, step: dict[str, Any]) -> None:
-        inner(key, step)
-        seen[(key[1], step["step"])] = time.monotonic()  # visible in hub.snapshot() from here
+    def timed_steps(key: Any, steps: list[dict[str, Any]]) -> None:
+        inner(key, steps)
+        now = time.monotonic()  # visible in hub.snapshot() from here
+        for step in steps:
+            seen[(key[1], step["step"])] = now
 
-    hub.agent_step = timed_step  # type: ignore[method-assign]
+    hub.agent_steps = timed_steps  # type: ignore[method-assign]
     server = HubServer(hub, path)
     server.start()
     viewing = threading.Event()
@@ -338,10 +346,16 @@ def tick_cpu_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     per_rank = ((high["hub_cpu_pct_of_one_core"] - low["hub_cpu_pct_of_one_core"]) / (high["ranks"] - low["ranks"])
                 if high["ranks"] > low["ranks"] else None)
     per_gpu = low["hub_cpu_pct_of_one_core"] / low["gpus"] if low["gpus"] and low["ranks"] == 0 else None
+    rate = high["steps_per_s_per_rank"]
     summary: dict[str, Any] = {
         "cpu_pct_per_rank": round(per_rank, 4) if per_rank is not None else None,
+        # % of a core is 10 ms of CPU per second: per rank over its steps per second
+        "cpu_us_per_step": round(per_rank * 10_000.0 / rate, 1) if per_rank is not None and rate else None,
+        "steps_per_s_per_rank": rate,
+        "cpu_ms_per_tick_no_rank": low["hub_cpu_ms_per_tick"] if low["ranks"] == 0 else None,
         "cpu_pct_per_gpu_fixed_part_included": round(per_gpu, 4) if per_gpu is not None else None,
-        "note": "per GPU = the hub with no rank over its GPUs: its fixed part is counted in",
+        "note": "per GPU = the hub with no rank over its GPUs: its fixed part is counted in; per rank at"
+                " steps_per_s_per_rank (it scales with the step rate)",
     }
     if per_rank is not None and per_gpu is not None:
         summary["cpu_pct_for_10_gpus_10_ranks"] = round(10 * per_gpu + 10 * per_rank, 3)
@@ -410,7 +424,7 @@ def main_tick_cpu(args: argparse.Namespace) -> int:
         "benchmark": "bench_hub --tick-cpu",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"hostname": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+                    "platform": platform.platform(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "runs": runs, "summary": tick_cpu_summary(runs),
     }
