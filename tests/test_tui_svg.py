@@ -5,25 +5,31 @@ snapshot fails; GPUMIX_UPDATE_SNAPSHOTS=1 writes them, on purpose (tests/screen.
 The world is fixed: the simulated rig on a manual clock (its noise is seeded), a ten-rank job whose
 steps are given, the host's readings fixed, UTC, and no poll after the first (interval 60 s), so the
 title's clock is the snapshot's and two runs draw the same bytes. One app per theme and size visits
-every screen: 4 x 2 apps, 11 screens each, 88 snapshots.
+every screen: 4 x 2 apps, 11 screens each, 88 snapshots. The probe (`m`) has its own app per theme and
+size: its confirmation, then its results from a recorded `gpumix probe --json` (two H200s) printed by a
+stand-in process, since there is no CUDA here: 16 snapshots.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from textual.widgets import Footer, Input
 from textual.widgets._footer import FooterKey
 
+from gpumix.tui import probe_screen
 from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.plan_screen import PlanScreen
 from gpumix.tui.power_screens import FitScreen, PowerDialog
+from gpumix.tui.probe_screen import ProbeConfirm, ProbeScreen
 from gpumix.tui.ranks_screen import RanksScreen
 from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from tests.screen import UPDATE_ENV, assert_matches_svg, started
+from tests.test_probe_screen import H200_PAIR, fake_probe
 from tests.tui_world import job_hub
 from tests.waiting import wait_until_async
 
@@ -98,6 +104,34 @@ async def test_every_screen_and_dialog_in_colour(theme: str, size: tuple[int, in
                 await pilot.press("escape")
                 await wait_for(pilot, lambda: app.screen is app.main_screen, f"{name} closed")
     assert not problems, "\n".join(problems)
+
+
+PROBE_PROGRESS = ("GPU 0: host<->device copies", "GPUs 0 and 1: peer copies", "gpumix probe: kept in /x/probe-1.json")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
+@pytest.mark.parametrize("theme", THEMES)
+async def test_the_probe_confirmation_and_results_in_colour(theme: str, size: tuple[int, int], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    if theme == "NO_COLOR":
+        monkeypatch.setenv("NO_COLOR", "1")
+    # the recorded report, printed by a stand-in for `gpumix probe --json`; the monitor's own host named
+    monkeypatch.setattr(probe_screen, "PROBE_COMMAND", fake_probe(tmp_path, H200_PAIR.read_text(), PROBE_PROGRESS))
+    monkeypatch.setattr(probe_screen, "socket", SimpleNamespace(gethostname=lambda: "laptop"))
+    app = GpumixApp(job_hub(), interval_s=60, theme=None if theme == "NO_COLOR" else theme)
+    problems = []
+    async with app.run_test(size=size) as pilot:
+        await started(pilot, app)
+        await pilot.press("m")
+        await wait_for(pilot, lambda: isinstance(app.screen, ProbeConfirm) and app.screen.is_mounted, "m opens the probe's confirmation")
+        problems.append(assert_matches_svg(await settled_svg(pilot, app), f"probe-confirm_{theme}_{size[0]}x{size[1]}"))
+        await pilot.press("enter")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, ProbeScreen) and app.screen, "the probe's screen")
+        await wait_for(pilot, lambda: screen.report is not None, "the probe's results")
+        problems.append(assert_matches_svg(await settled_svg(pilot, app), f"probe-results_{theme}_{size[0]}x{size[1]}"))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.main_screen, "the probe closed")
+    assert not any(problems), "\n".join(p for p in problems if p)
 
 
 def test_a_missing_svg_fails_and_is_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -79,8 +79,10 @@ class ProbeConfirm(Dialog[bool]):
 
     BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="probe_confirm.cancel"),
                 Binding("enter", "dismiss(True)", "Run", id="probe_confirm.run")]  # a focused Cancel answers its own Enter
-    DEFAULT_CSS = DIALOG_CSS.format(name="ProbeConfirm")
-    AUTO_FOCUS = "#run"
+    # The text scrolls, so the buttons stay whole at 80x24 whatever it says. The Run button's id is not
+    # "run": the app's stylesheet sizes #run (the run line), which squeezed the button to no label.
+    DEFAULT_CSS = DIALOG_CSS.format(name="ProbeConfirm") + "ProbeConfirm VerticalScroll { height: auto; max-height: 16; }\n"
+    AUTO_FOCUS = "#probe-run"
 
     def __init__(self, snapshot: dict[str, Any] | None, local_host: str | None = None) -> None:
         super().__init__()
@@ -88,13 +90,14 @@ class ProbeConfirm(Dialog[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(self.text, id="probe-question")
+            with VerticalScroll(can_focus=False):  # Enter stays the Run button's
+                yield Static(self.text, id="probe-question")
             with Horizontal():
-                yield Button("Run the probe", id="run", variant="warning")
+                yield Button("Run the probe", id="probe-run", variant="warning")
                 yield Button("Cancel", id="cancel")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "run")
+        self.dismiss(event.button.id == "probe-run")
 
 
 class ProbeScreen(Screen[None]):
@@ -117,7 +120,7 @@ class ProbeScreen(Screen[None]):
             yield Static(Text("gpumix probe: starting…"), id="probe-status")
             yield Static(Text(""), id="probe-progress")
             yield Static(Text(""), id="probe-results")
-        yield Footer()
+        yield Footer(compact=True)  # as the other screens': the app's keys stay whole at 80 columns
 
     def on_mount(self) -> None:
         self.run_probe()
@@ -286,7 +289,8 @@ def results_text(report: dict[str, Any]) -> Text:
     for refused in [_dict(r) for r in _list(report.get("refused"))]:
         text.append(f"\nGPU {fmt.plain(refused.get('gpu'), 4)} not probed: {fmt.plain(refused.get('reason'), 160)}")
     found = [_dict(f) for f in _list(report.get("findings"))]
-    text.append("\n\nFindings\n" if found else "\n\nNo findings: the links deliver what they should.\n", style="bold")
+    gap = "\n" if text.plain.endswith("\n") else "\n\n"  # one blank line, after a list or a last refusal alike
+    text.append(f"{gap}Findings\n" if found else f"{gap}No findings: the links deliver what they should.\n", style="bold")
     for finding in found:
         severity = fmt.plain(finding.get("severity"), 10)
         text.append(f"  {severity}: ", style={"error": "bold red", "warning": "bold yellow"}.get(severity, ""))
