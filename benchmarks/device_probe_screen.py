@@ -42,12 +42,18 @@ async def drive(hub: str, out: Path) -> dict[str, Any]:
     app = GpumixApp(HubClient(hub), interval_s=1.0)
     record: dict[str, Any] = {"size": list(SIZE), "hub": hub}
     async with app.run_test(size=SIZE) as pilot:
-        await wait(pilot, lambda: app.snapshot is not None, "first snapshot", 20)
-        await pilot.press("m")
-        await wait(pilot, lambda: isinstance(app.screen, ProbeConfirm), "the confirmation", 10)
+        await wait(pilot, lambda: app.renders > 0, "the dashboard's first render", 30)
+        for _ in range(5):  # a key pressed while the app still starts can be lost: press until the dialog opens
+            await pilot.press("m")
+            try:
+                await wait(pilot, lambda: isinstance(app.screen, ProbeConfirm), "the confirmation", 10)
+                break
+            except TimeoutError:
+                continue
+        await wait(pilot, lambda: isinstance(app.screen, ProbeConfirm), "the confirmation", 1)
         record["confirmation"] = text_of(app.screen, "#probe-question")
         app.save_screenshot(str(out / "probe_screen_confirm_h200.svg"))
-        await pilot.click("#run")
+        await pilot.press("enter")  # the dialog: "Enter runs it, Esc cancels"
         started = time.monotonic()
         await wait(pilot, lambda: isinstance(app.screen, ProbeScreen), "the probe screen", 10)
         screen = app.screen
