@@ -4,8 +4,11 @@ every few snapshots, and at once for another GPU."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
+from rich.console import Console
+from textual._compositor import ChopsUpdate
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
@@ -47,6 +50,21 @@ def record_refreshes(widget: Any) -> list[tuple[tuple[Region, ...], dict[str, An
     return calls
 
 
+def record_writes(app: App[Any]) -> list[str]:
+    """What the driver would write for each partial update (App._display renders it so)."""
+    writes: list[str] = []
+    original = app._display
+
+    def display(screen: Any, renderable: Any) -> None:
+        if isinstance(renderable, ChopsUpdate):
+            console = Console(file=io.StringIO(), force_terminal=True, color_system="256", width=app.size.width)
+            writes.append(renderable.render_segments(console))
+        original(screen, renderable)
+
+    app._display = display
+    return writes
+
+
 def test_changed_span_and_regions() -> None:
     assert changed_spans("12:00:01", "12:00:02") == [(7, 8)]
     assert changed_spans("abc", "abc") == []
@@ -71,6 +89,18 @@ async def test_a_clock_tick_repaints_its_digit_without_a_relayout() -> None:
         assert "12:00:02" in screen_text(app) and panel.relayouts == 0
         panel.show("host · CUDA 12.8 · 12:00:02\nCPU 10%")  # the same text: nothing
         assert len(refreshes) == 1
+
+
+async def test_only_the_changed_columns_are_written_to_the_terminal() -> None:
+    app = PanelApp()
+    async with app.run_test(size=(40, 6)) as pilot:
+        panel = app.query_one(TextPanel)
+        await pilot.pause()
+        writes = record_writes(app)
+        panel.show("host · CUDA 12.8 · 12:00:09\nCPU 10%")
+        await pilot.pause()
+        text = "".join(writes)
+        assert "9" in text and "host" not in text and "12:00" not in text, text  # Textual wrote from the line's start
 
 
 async def test_a_new_line_count_lays_out_again() -> None:

@@ -18,6 +18,8 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
+from gpumix.tui import terminal_writes
+
 MAX_ROWS = 4096  # the hub keeps at most 4096 ranks; a table never holds more rows than that
 
 CellValue = Text | str
@@ -48,6 +50,9 @@ class KeyedTable(DataTable):
         self._shown: dict[str, dict[str, Signature]] = {}  # row id -> column key -> what is on screen
         self._pending: list[tuple[str, str, Text]] = []  # cells rewritten, repainted together
         self._batching = False
+
+    def on_mount(self) -> None:
+        terminal_writes.install()  # partial updates start at the changed cell
 
     def sync(self, rows: Mapping[str, Mapping[str, CellValue]]) -> SyncResult:
         """Make the table show `rows` (at most MAX_ROWS, in their order for new rows); a missing

@@ -18,6 +18,8 @@ from textual.app import RenderResult
 from textual.geometry import Region
 from textual.widgets import Static
 
+from gpumix.tui import terminal_writes
+
 MERGE_GAP = 12  # unchanged columns between two changes that cost less to rewrite than to skip
 # (a cursor move and the style opened again take about as many bytes)
 
@@ -85,3 +87,6 @@ class TextPanel(Static):
     def update(self, content: Any = "", *, layout: bool = True) -> None:
         """As `show`: a Text's plain text, a str taken literally (never markup)."""
         self.show(content.plain if isinstance(content, Text) else str(content))
+
+    def on_mount(self) -> None:
+        terminal_writes.install()  # partial updates start at the changed column
