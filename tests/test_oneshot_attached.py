@@ -33,6 +33,9 @@ HEAVY = {
     "gpumix.sim.rig", "gpumix.sim.machine", "gpumix.record.recorder", "sqlite3", "pynvml",
     "textual", "rich", "torch", "numpy",
 }
+# `gpumix COMMAND` builds only that command's parser: the other commands' modules stay unloaded
+OTHER_COMMANDS = {"gpumix.cli.hub_command", "gpumix.cli.run_command", "gpumix.cli.probe", "gpumix.cli.plan",
+                  "gpumix.cli.recording", "gpumix.cli.remote"}
 RUN_AND_LIST = ("import json, sys\nfrom {module} import main\ncode = main({argv!r})\n"
                 "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\nsys.exit(code)")
 
@@ -76,6 +79,8 @@ def test_an_attached_one_shot_loads_no_heavy_module(running_hub: dict[str, str],
     assert "gpumix.hub.client" in loaded  # what it does use
     heavy = {name for name in loaded if name in HEAVY or name.split(".")[0] in HEAVY}
     assert not heavy, sorted(heavy)
+    if module == "gpumix.cli.main":
+        assert not OTHER_COMMANDS & loaded, sorted(OTHER_COMMANDS & loaded)
 
 
 def test_attached_doctor_with_a_setting_of_its_own_runs_the_advisor_itself(running_hub: dict[str, str]) -> None:
