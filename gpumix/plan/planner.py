@@ -124,78 +124,103 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
     B = request.global_batch
     comm = comm_model(measures, request)
     counts, caps, shares = split_counts(B, part, request, deadline)
-    unbounded, _ = balanced_shares(B, [m.compute_curve() for m in part], [1.0] * len(part), [float(B)] * len(part))
     by_rank = {m.rank: i for i, m in enumerate(part)}
     proposed_counts = [counts[by_rank[m.rank]] if m.rank in by_rank else 0 for m in measures]
-
-    current_counts = [m.current_samples for m in measures]
-    all_caps = [micro_batch_cap(m, request) for m in measures]
-    max_k = effective_max_k(request)
-    current = predict(current_counts, measures, comm)
+    current = predict([m.current_samples for m in measures], measures, comm)
     proposed = predict(proposed_counts, measures, comm)
-    candidate = _current_is_candidate(measures, request, all_caps)
-    kept = candidate and proposed.step_time_s >= current.step_time_s - 1e-12
-    note = None
-    # a gain no larger than the curves' own error where it could be checked is not a gain to restart for
-    error = hindsight_error(part)
-    gain = current.step_time_s / proposed.step_time_s - 1 if proposed.step_time_s > 0 else 0.0
-    within_error = candidate and not kept and error is not None and gain <= error
-    R = len(part)
-    ranks = []
-    if kept or within_error:
-        note = (f"the predicted gain ({gain:.1%}) is within the curves' own error ({error:.1%}: what the"
-                " earlier splits predicted for the split running now): kept") if within_error \
-            else "the current split is already as fast as any split found: kept"
-        kept, proposed = True, current
-        for m in measures:
-            n = m.current_samples
-            micro = m.micro_batch or n
-            ranks.append(RankPlan(
-                rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
-                accumulation_steps=n // micro if n else 0, loss_weight=n * R / B,
-                limited_by=() if n else ("excluded",), compute_s=m.compute_curve().time_s(n) if n else 0.0,
-            ))
+    kept, note = _keep_current(measures, part, request, current, proposed)
+    if kept:
+        proposed = current
+        ranks = _current_ranks(measures, len(part), B)
     else:
-        upper_of = {m.rank: (B if c is None else min(B, c * max_k)) for m, c in zip(part, caps, strict=True)}
-        for m in measures:
-            if m.rank not in by_rank:
-                ranks.append(RankPlan(m.rank, m.gpu_uuid, 0, 0, 0, 0.0, ("excluded",)))
-                continue
-            i = by_rank[m.rank]
-            n = counts[i]
-            micro, k = factorize(n, caps[i], max_k, request.granularity) or (n, 1)
-            time_s = m.compute_curve().time_s(n)
-            ranks.append(RankPlan(
-                rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
-                accumulation_steps=k, loss_weight=n * R / B,
-                limited_by=_reasons(n, k, shares[i], upper_of[m.rank], time_s, proposed.compute_s, unbounded[i],
-                                    request.granularity),
-                compute_s=time_s,
-            ))
+        ranks = _proposed_ranks(measures, part, request, counts, caps, shares, proposed.compute_s)
         if proposed.step_time_s >= current.step_time_s - 1e-12:
             note = "this request (batch, ranks or limits) is no faster than the current split"
-
-    tier = fastest_tier(measures, request.exclude)
-    fast = None
-    if len(tier) < len(part):
-        try:
-            tier_counts, _, _ = split_counts(B, tier, request, deadline)
-        except PlanError:
-            raise
-        except ValueError:  # B does not fit on the tier alone
-            tier_counts = None
-        if tier_counts is not None:
-            fast = TierAlternative(
-                tier=tier[0].tier, ranks=tuple(m.rank for m in tier),
-                prediction=predict(tier_counts, tier, comm),
-            )
     return Plan(
         global_batch=B, ranks=tuple(ranks), current=current, proposed=proposed,
-        ideal=ideal(B, part, comm), kept_current=kept, note=note, fast_tier_only=fast,
+        ideal=ideal(B, part, comm), kept_current=kept, note=note,
+        fast_tier_only=_fast_tier_only(measures, part, request, comm, deadline),
         best_without_tier=best_without_tier(part, request, comm, deadline),
         compute_basis=tuple((m.rank, m.compute_estimate()[1]) for m in part),
         comm_basis=comm.basis([m.link_bytes_per_s for m in part]),
     )
+
+
+def _keep_current(measures: Sequence[RankMeasure], part: Sequence[RankMeasure], request: PlanRequest,
+                  current: Prediction, proposed: Prediction) -> tuple[bool, str | None]:
+    """(keep the current split, the note saying why): it is as fast as any split found, or the gain
+    is no larger than the curves' own error where it could be checked (not a gain to restart for)."""
+    all_caps = [micro_batch_cap(m, request) for m in measures]
+    candidate = _current_is_candidate(measures, request, all_caps)
+    kept = candidate and proposed.step_time_s >= current.step_time_s - 1e-12
+    error = hindsight_error(part)
+    gain = current.step_time_s / proposed.step_time_s - 1 if proposed.step_time_s > 0 else 0.0
+    within_error = candidate and not kept and error is not None and gain <= error
+    if within_error:
+        return True, (f"the predicted gain ({gain:.1%}) is within the curves' own error ({error:.1%}: what the"
+                      " earlier splits predicted for the split running now): kept")
+    if kept:
+        return True, "the current split is already as fast as any split found: kept"
+    return False, None
+
+
+def _current_ranks(measures: Sequence[RankMeasure], taking_part: int, global_batch: int) -> list[RankPlan]:
+    """The split running now, as a plan (kept)."""
+    ranks = []
+    for m in measures:
+        n = m.current_samples
+        micro = m.micro_batch or n
+        ranks.append(RankPlan(
+            rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
+            accumulation_steps=n // micro if n else 0, loss_weight=n * taking_part / global_batch,
+            limited_by=() if n else ("excluded",), compute_s=m.compute_curve().time_s(n) if n else 0.0,
+        ))
+    return ranks
+
+
+def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure], request: PlanRequest,
+                    counts: Sequence[int], caps: Sequence[int | None], shares: Sequence[float],
+                    pace_s: float) -> list[RankPlan]:
+    """The searched counts as ranks: micro-batches, loss weights and what limited each."""
+    B = request.global_batch
+    max_k = effective_max_k(request)
+    unbounded, _ = balanced_shares(B, [m.compute_curve() for m in part], [1.0] * len(part), [float(B)] * len(part))
+    by_rank = {m.rank: i for i, m in enumerate(part)}
+    upper_of = {m.rank: (B if c is None else min(B, c * max_k)) for m, c in zip(part, caps, strict=True)}
+    ranks = []
+    for m in measures:
+        if m.rank not in by_rank:
+            ranks.append(RankPlan(m.rank, m.gpu_uuid, 0, 0, 0, 0.0, ("excluded",)))
+            continue
+        i = by_rank[m.rank]
+        n = counts[i]
+        micro, k = factorize(n, caps[i], max_k, request.granularity) or (n, 1)
+        time_s = m.compute_curve().time_s(n)
+        ranks.append(RankPlan(
+            rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
+            accumulation_steps=k, loss_weight=n * len(part) / B,
+            limited_by=_reasons(n, k, shares[i], upper_of[m.rank], time_s, pace_s, unbounded[i],
+                                request.granularity),
+            compute_s=time_s,
+        ))
+    return ranks
+
+
+def _fast_tier_only(measures: Sequence[RankMeasure], part: Sequence[RankMeasure], request: PlanRequest,
+                    comm: CommModel, deadline: Deadline) -> TierAlternative | None:
+    """The field's alternative: the whole batch on the fastest tier alone, if it is not every rank
+    and the batch fits on it."""
+    tier = fastest_tier(measures, request.exclude)
+    if len(tier) >= len(part):
+        return None
+    try:
+        tier_counts, _, _ = split_counts(request.global_batch, tier, request, deadline)
+    except PlanError:
+        raise
+    except ValueError:  # B does not fit on the tier alone
+        return None
+    return TierAlternative(tier=tier[0].tier, ranks=tuple(m.rank for m in tier),
+                           prediction=predict(tier_counts, tier, comm))
 
 
 def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest, comm: CommModel,
