@@ -14,7 +14,7 @@ from gpumix.cli.hardware import open_hardware
 from gpumix.hub import Hub
 from gpumix.hub.ranks import parse_hello, parse_step
 from gpumix.tui.app import GpumixApp
-from gpumix.tui.plan_screen import MAX_BUDGET_LINES, PlanScreen, draw_lines
+from gpumix.tui.plan_screen import MAX_BUDGET_LINES, PlanScreen, draw_lines, draw_rows
 from tests.conftest import ManualClock, ticked_hub
 from tests.screen import screen_text, started
 from tests.tui_world import COMPUTE_S, step_fields
@@ -64,14 +64,16 @@ def within(widget: Any, app: GpumixApp) -> bool:
 async def test_the_split_shows_its_draw_against_every_budget_of_the_demo_at_80x24() -> None:
     app, context, screen = await open_split(demo_job_hub())
     try:
-        lines = [str(s.render()) for s in draw_statics(screen)]
+        lines = [line for line, _ in draw_lines(screen.power)]
         total = screen.power["predicted_total_w"]
         assert lines[0] == f"draw {total:.0f}/2800 W total"  # under the budget: no warning
         assert [line.split(" W ")[1] for line in lines[1:]] == [
             "supply psu-main", "supply psu-3090", "supply psu-4090", "circuit wall-A", "circuit wall-B"]
         assert not any("⚠" in line for line in lines) and not screen.query(".-over")
+        rows = [str(s.render()) for s in draw_statics(screen)]
+        assert len(rows) == 3 and rows[0].startswith(lines[0] + "  ") and rows[0].endswith(lines[1])  # two a row
         text = screen_text(app)
-        assert f"draw {total:.0f}/2800 W total" in text and "circuit wall-B" in text  # drawn, not only composed
+        assert all(row in text for row in rows)  # drawn, not only composed
         assert "10 % headroom kept" in text  # the supplies' and circuits' limits are their usable watts
         assert all(within(b, app) for b in screen.query(Button)) and within(screen.query_one("#plan-result"), app)
         assert all(within(s, app) for s in draw_statics(screen))
@@ -80,16 +82,18 @@ async def test_the_split_shows_its_draw_against_every_budget_of_the_demo_at_80x2
 
 
 async def test_a_budget_below_the_predicted_draw_warns_in_the_warning_colour() -> None:
-    app, context, screen = await open_split(demo_job_hub(budget_w=1500.0, layout=False))
+    app, context, screen = await open_split(demo_job_hub(budget_w=1500.0))
     try:
         total = screen.power["predicted_total_w"]
         assert total > 1500
-        (line,) = draw_statics(screen)
-        assert str(line.render()) == f"draw {total:.0f}/1500 W total  ⚠ over by {total - 1500:.0f} W"
-        assert f"⚠ over by {total - 1500:.0f} W" in screen_text(app)
-        assert line.has_class("-over")
-        assert line.styles.color == Color.parse(app.get_css_variables()["warning"])  # the theme's $warning
-        assert within(line, app) and all(within(b, app) for b in screen.query(Button))
+        over, *within_limits = draw_statics(screen)
+        assert str(over.render()) == f"draw {total:.0f}/1500 W total  ⚠ over by {total - 1500:.0f} W"
+        assert over.has_class("-over") and not any(row.has_class("-over") for row in within_limits)
+        assert over.styles.color == Color.parse(app.get_css_variables()["warning"])  # the theme's $warning
+        text = screen_text(app).splitlines()
+        at = next(i for i, line in enumerate(text) if f"⚠ over by {total - 1500:.0f} W" in line)
+        assert "draw" in text[at + 1] and "supply psu-main" in text[at + 1]  # the next row right below it
+        assert within(over, app) and all(within(b, app) for b in screen.query(Button))
     finally:
         await context.__aexit__(None, None, None)
 
@@ -117,3 +121,6 @@ def test_many_budgets_show_those_passed_first_and_count_the_rest() -> None:
     assert lines[0] == ("draw 300/200 W supply [b]late[/b]  ⚠ over by 100 W", True)  # text, never markup
     assert lines[MAX_BUDGET_LINES - 1] == ("… 16 more budgets, within their limits", False)
     assert lines[-1] == ("⚠ GPU 3 would run at its cap: slower than predicted", True)
+    rows = draw_rows(lines)
+    assert rows[0] == lines[0] and rows[1][0] == f"{'draw 100/200 W supply psu-0':<37}draw 100/200 W supply psu-1"
+    assert rows[2][0].endswith("psu-3") and rows[3] == lines[MAX_BUDGET_LINES - 1] and rows[-1] == lines[-1]

@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Container, Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Static
 
 from gpumix.model.step_model import basis_text
@@ -80,7 +80,6 @@ def draw_lines(power: dict[str, Any]) -> list[tuple[str, bool]]:
     """The split's predicted draw, one line per budget (those it would pass first), each with whether
     it warns; no budget declared says so in one line."""
     budgets = sorted(power.get("budgets") or [], key=lambda b: not b["over"])  # stable: the layout's order
-    # (shown two to a row where they fit: the rank table keeps its rows at 80x24)
     if not budgets:
         lines = [(f"draw {power['predicted_total_w']:.0f} W predicted (now {power['draw_now_total_w']:.0f} W),"
                   " no budget declared", False)]
@@ -97,6 +96,22 @@ def draw_lines(power: dict[str, Any]) -> list[tuple[str, bool]]:
         lines.append((f"⚠ GPU {','.join(capped[:16])} would run at {'its' if len(capped) == 1 else 'their'} cap:"
                       " slower than predicted", True))
     return lines
+
+
+def draw_rows(lines: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Two short lines within their limits share a row, so the rank table keeps its rows at 80x24;
+    a warning keeps a row of its own."""
+    rows: list[tuple[str, bool]] = []
+    room = False  # the last row holds one short line and has room for another
+    for line, over in lines:
+        short = not over and len(line) <= HALF_CHARS
+        if short and room:
+            rows[-1] = (f"{rows[-1][0]:<{HALF_CHARS + 2}}{line}", False)
+            room = False
+        else:
+            rows.append((line, over))
+            room = short
+    return rows
 
 
 def budget_line(budget: dict[str, Any]) -> str:
@@ -130,9 +145,7 @@ class PlanScreen(Dialog[str | None]):
     PlanScreen > Vertical { height: 22; }
     PlanScreen VerticalScroll { height: 1fr; }
     PlanScreen #plan-result { height: auto; max-height: 6; border-top: solid $primary; }
-    PlanScreen #plan-draw { layout: grid; grid-size: 2; grid-rows: auto; grid-gutter: 0 2; height: auto;
-                            border-top: solid $primary; border-title-color: $text-muted; }
-    PlanScreen #plan-draw .-wide { column-span: 2; }
+    PlanScreen #plan-draw { height: auto; border-top: solid $primary; border-title-color: $text-muted; }
     PlanScreen #plan-draw .-over { color: $warning; text-style: bold; }
     """
 
@@ -147,11 +160,10 @@ class PlanScreen(Dialog[str | None]):
             with VerticalScroll():
                 yield Static(Text(plan_table(self.plan, self.snapshot)), id="plan-text")
             yield Static(Text(plan_result(self.plan)), id="plan-result")
-            with Container(id="plan-draw") as draw:
+            with Vertical(id="plan-draw") as draw:
                 draw.border_title = Text(draw_title(self.power))
-                for line, over in draw_lines(self.power):
-                    wide = over or len(line) > HALF_CHARS
-                    yield Static(Text(line), classes=" ".join(["-over"] * over + ["-wide"] * wide))
+                for line, over in draw_rows(draw_lines(self.power)):
+                    yield Static(Text(line), classes="-over" if over else "")
             with Horizontal():
                 yield Button("Restart into this split…", id="apply", variant="warning")
                 if leaving_out_is_faster(self.plan):
