@@ -296,7 +296,7 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
              for rank in range(ranks)]
     result: dict[str, Any] = {"hub_command": shlex.join(hub_command), "ranks": ranks, "steps_per_s_per_rank": rate}
     try:
-        from gpumix.hub.connections import hub_answers
+        from gpumix.wire.paths import hub_answers
 
         wait_until(lambda: hub.poll() is not None or hub_answers(path), 60, what="the hub's socket")
         if hub.poll() is not None:

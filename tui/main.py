@@ -25,10 +25,9 @@ from gpumix.cli.common import (
 )
 from gpumix.cli.recording import add_record_flags, resolve_record_flags, start_recording
 from gpumix.hub.client import HubClient
-from gpumix.hub.connections import HubAlreadyRunning, hub_answers
 from gpumix.tui.remote import add_hub_flags, failure_reason, open_source, print_snapshot
 from gpumix.wire import auth
-from gpumix.wire.paths import default_hub_address
+from gpumix.wire.paths import default_hub_address, hub_answers
 
 if TYPE_CHECKING:
     from gpumix.cli.node import Node
@@ -183,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     # the hub, NVML and the simulator load only here: a one-shot that attaches never needs them (issue 13)
     from gpumix.cli.hardware import RigError, open_hardware
     from gpumix.cli.node import demo_socket_path, start_node
+    from gpumix.hub.connections import HubAlreadyRunning
     from gpumix.hw.types import NoDriverError
 
     try:

@@ -95,8 +95,7 @@ def gradient_bytes_from_hub() -> float | None:
     import statistics
 
     from gpumix.hub.client import HubClient
-    from gpumix.hub.connections import hub_answers
-    from gpumix.wire.paths import default_hub_address
+    from gpumix.wire.paths import default_hub_address, hub_answers
 
     address = default_hub_address()
     if address.startswith(("tcp://", "tls://")) or not hub_answers(address):

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 
 from gpumix.cli.common import fail
 from gpumix.hub.client import HubClient
-from gpumix.hub.connections import hub_answers
 from gpumix.wire import auth
-from gpumix.wire.paths import default_hub_address
+from gpumix.wire.paths import default_hub_address, hub_answers
 
 if TYPE_CHECKING:
     from gpumix.hw.hardware import Hardware

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpumix.wire import auth, protocol
+from gpumix.wire.paths import hub_answers  # noqa: F401  (its users import it from here too)
 from gpumix.wire.protocol import ProtocolError
 
 HELLO_TIMEOUT_S = 2.0  # connect, (TLS handshake,) hello: a real client does it in milliseconds
@@ -43,19 +44,6 @@ async def read_message(reader: asyncio.StreamReader, allowed: set[str]) -> dict[
 
 class HubAlreadyRunning(RuntimeError):
     """Another hub answers on this socket: attach to it instead."""
-
-
-def hub_answers(path: str, timeout_s: float = 0.5) -> bool:
-    """A hub listens on this Unix socket (here, not in the server: a one-shot asks without loading the hub)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(timeout_s)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 class Silent(ProtocolError):
