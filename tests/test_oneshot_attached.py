@@ -32,7 +32,7 @@ HEAVY = {
     "gpumix.plan.planner", "gpumix.plan.inputs", "gpumix.hw.nvml_backend", "gpumix.hw.hardware",
     "gpumix.sim.rig", "gpumix.sim.machine", "gpumix.record.recorder", "sqlite3", "pynvml",
     "textual", "rich", "torch", "numpy",
-    "asyncio", "gpumix.hub.connections",  # the hub's event loop: asking whether a hub answers needs a socket only
+    "asyncio", "gpumix.hub.connections", "gpumix.hub.multi", "gpumix.hub.ranks",  # the hub's event loop: asking whether a hub answers needs a socket only
 }
 # `gpumix COMMAND` builds only that command's parser: the other commands' modules stay unloaded
 OTHER_COMMANDS = {"gpumix.cli.hub_command", "gpumix.cli.run_command", "gpumix.cli.probe", "gpumix.cli.plan",

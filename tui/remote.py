@@ -10,7 +10,6 @@ from typing import Any
 
 from gpumix.cli.common import OneLineParser, fail
 from gpumix.hub.client import HubClient
-from gpumix.hub.multi import MultiHubSource
 from gpumix.wire import auth
 
 NODE_TIMEOUT_S = 2.0  # a node that does not answer in this time shows as unreachable, the others go on
@@ -46,6 +45,9 @@ def open_source(prog: str, args: argparse.Namespace) -> Any:
                for address in args.hub]
     if len(clients) == 1:
         return clients[0]
+    # the merge (and its rank tables) loads only for several hubs
+    from gpumix.hub.multi import MultiHubSource
+
     return MultiHubSource(clients, addresses=list(args.hub))
 
 
