@@ -214,7 +214,7 @@ def bench_latency(agents: int, rate: float, seconds: float, hub_core: int) -> di
         inner(key, steps)
         now = time.monotonic()  # visible in hub.snapshot() from here
         for step in steps:
-            seen[(key[1], step["step"])] = now
+            seen[(key[2], step["step"])] = now  # RankKey: (job, run id, rank, connection)
 
     hub.agent_steps = timed_steps  # type: ignore[method-assign]
     server = HubServer(hub, path)
