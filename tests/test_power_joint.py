@@ -118,3 +118,12 @@ def test_plan_json_says_whether_the_joint_proposal_is_offered_and_why() -> None:
     # granularity 1: 640 units is past the search's bound, said in one line
     whole = json.loads(subprocess.run(tool, capture_output=True, text=True, timeout=120).stdout)["joint"]
     assert whole["offered"] is False and whole["why"].startswith("not searched: the batch is 640 / 1 samples")
+
+
+@pytest.mark.parametrize("budget", [None, float("nan"), float("inf"), -5.0, 0, True, "2800", 1e300])
+def test_a_missing_or_absurd_budget_is_no_offer_in_one_line(budget: object) -> None:
+    from gpumix.cli.plan_joint import joint_json
+
+    joint = joint_json({"power_budget_w": budget}, "train", {"global_batch": 64, "ranks": []}, 16)
+    assert joint["offered"] is False and joint["why"].startswith("no power budget declared")
+    json.dumps(joint, allow_nan=False)

@@ -26,7 +26,7 @@ from gpumix.power.joint import (
 def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granularity: int) -> dict[str, Any]:
     """The joint proposal for this job against the plan's split with fitted caps: offered or why not."""
     budget_w = snapshot.get("power_budget_w")
-    if not isinstance(budget_w, (int, float)) or budget_w <= 0:
+    if isinstance(budget_w, bool) or not isinstance(budget_w, (int, float)) or not 0 < budget_w < 1e7:
         return JointOffer(False, "no power budget declared (gpumix power budget, or the rig's)").to_json()
     units = plan["global_batch"] // max(1, granularity)
     if plan["global_batch"] % max(1, granularity) or units > MAX_UNITS or len(plan["ranks"]) * units**2 > MAX_DP_WORK:
