@@ -8,7 +8,7 @@ measuring window after a warm-up. Goal: >= 20 000 messages/s.
 
 (b) Latency. N real gpumix.agent.Agent processes (RANK 0..N-1) step at R steps/s
 in lock step for D seconds while a viewer asks for a snapshot 10 times a second.
-A step is visible in hub.snapshot() from the moment Hub.agent_step returns for
+A step is visible in hub.snapshot() from the moment Hub.agent_steps returns for
 it (snapshot() merges ranks on demand under the same lock), so that moment is
 recorded per (rank, step) (Hub.agent_steps returns for all the steps of one read). Reported, in ms:
   - delivery: from the agent handing the record to its sender (the end of the
