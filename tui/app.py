@@ -269,6 +269,20 @@ class GpumixApp(UserControls, App[None]):
                 screen.receive(snapshot)
             if not isinstance(screen, ModalScreen):
                 break  # a full screen hides everything below it
+        self._series_index = self._series_wanted(snapshot)
+
+    def _series_wanted(self, snapshot: dict[str, Any]) -> int | None:
+        """The GPU whose history the next poll fetches: the selected one, on the dashboard only
+        when the held history is due (a remote hub's series are round trips of every kept sample);
+        on any other screen (the charts) every time."""
+        tables = self.main_screen.query(GpuTable) if self.screen_stack else []
+        uuid = tables[0].selected_uuid if tables else None
+        gpu = next((g for g in snapshot["gpus"] if g["uuid"] == uuid), None)
+        if gpu is None:
+            return self._series_index
+        if self.screen is self.main_screen and not self.held_history.due(gpu["index"]):
+            return None
+        return gpu["index"]
 
     def _show_dashboard(self, snapshot: dict[str, Any]) -> None:
         self.held_history.offer(self._series)  # sparklines and charts advance every few snapshots

@@ -33,6 +33,11 @@ class HeldHistory:
         self.taken += 1
         return True
 
+    def due(self, index: int) -> bool:
+        """Whether the next snapshot's offer would take a history of GPU `index`: the only polls
+        that need to fetch one (a remote hub's series are round trips of every kept sample)."""
+        return self._since + 1 >= self.every or {index} != self._keys(self._held)
+
     def series(self, index: int, name: str) -> list[float | None]:
         return self._held.get((index, name), [])
 
