@@ -152,11 +152,13 @@ class UserControls(_Base):
     def _plan_json(self, snapshot: dict[str, Any], job: str | None = None,
                    exclude: frozenset[int] = frozenset()) -> dict[str, Any] | None:
         """The planner's JSON for the job, or None after saying why not (on a worker thread)."""
-        from gpumix.plan.inputs import PlanInputError, plan_from_snapshot
+        from gpumix.advice.probe_results import job_allreduce_floor
+        from gpumix.plan.inputs import PlanInputError, pick_job, plan_from_snapshot
         from gpumix.plan.planner import plan_to_json
 
         try:
-            job, plan = plan_from_snapshot(snapshot, job, exclude=exclude)
+            job, plan = plan_from_snapshot(snapshot, job, exclude=exclude,  # a kept probe's floor, as `gpumix plan`
+                                           allreduce_floor=job_allreduce_floor(snapshot, pick_job(snapshot, job)))
         except (PlanInputError, ValueError) as error:
             self.call_from_thread(self.say, f"no plan: {error}", severity="warning")
             return None

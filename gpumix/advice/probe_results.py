@@ -227,3 +227,18 @@ def measured_floor(kept: KeptProbe | None, job_gpus: list[int]) -> MeasuredFloor
     raw = host.get("transports") if isinstance(host.get("transports"), list) else []
     transports = [text for t in raw[:4] if (text := store.safe_text(t))]
     return MeasuredFloor(host_bus, rate(p2p.get("bus_bytes_per_s")), size, transports, kept.age_s)
+
+
+def job_allreduce_floor(snapshot: dict[str, Any], job: str, folder: Path | None = None) -> tuple[float, str] | None:
+    """The planner's all-reduce input from a kept `gpumix probe` result measured over exactly the job's
+    GPUs, through host memory (NCCL_P2P_DISABLE=1, the path the link prior models), with what it is;
+    None without one that still describes the box (the planner then uses the link prior). One place
+    for `gpumix plan` and the monitor's split, so both predict alike."""
+    index_of = {gpu["uuid"]: gpu["index"] for gpu in snapshot["gpus"]}
+    job_gpus = sorted(index_of[r["gpu_uuid"]] for r in snapshot.get("ranks", [])
+                      if r.get("job") == job and r.get("connected") and r.get("gpu_uuid") in index_of)
+    floor = measured_floor(kept_probe(snapshot, folder or store.state_dir(), store.STALE_S), job_gpus)
+    if floor is None:
+        return None
+    return floor.host_bus_bytes_per_s, (f"measured all-reduce floor: {floor.host_bus_bytes_per_s / 1e9:.1f} GB/s bus"
+                                        f" through host memory over these GPUs (gpumix probe, {age_text(floor.age_s)} ago)")

@@ -78,23 +78,6 @@ def plan_text(job: str, data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def kept_allreduce_floor(snapshot: dict[str, Any], job: str, folder: Path | None = None) -> tuple[float, str] | None:
-    """The all-reduce floor a kept `gpumix probe` result measured over exactly the job's GPUs, through
-    host memory (NCCL_P2P_DISABLE=1, the path the link prior models), with what it is; None without
-    one that still describes the box (the planner then uses the link prior)."""
-    from gpumix.advice.probe_results import age_text, kept_probe, measured_floor
-    from gpumix.probe import store as probe_store
-
-    index_of = {gpu["uuid"]: gpu["index"] for gpu in snapshot["gpus"]}
-    job_gpus = sorted(index_of[r["gpu_uuid"]] for r in snapshot.get("ranks", [])
-                      if r.get("job") == job and r.get("connected") and r.get("gpu_uuid") in index_of)
-    floor = measured_floor(kept_probe(snapshot, folder or probe_store.state_dir(), probe_store.STALE_S), job_gpus)
-    if floor is None:
-        return None
-    return floor.host_bus_bytes_per_s, (f"measured all-reduce floor: {floor.host_bus_bytes_per_s / 1e9:.1f} GB/s bus"
-                                        f" through host memory over these GPUs (gpumix probe, {age_text(floor.age_s)} ago)")
-
-
 def power_text(power: dict[str, Any]) -> str:
     line = f"  power: predicted draw {power['predicted_total_w']:.0f} W (now {power['draw_now_total_w']:.0f} W)"
     limits = [f"{b['name']} {b['predicted_w']:.0f}/{b['usable_w']:.0f} W" for b in power["budgets"]]
@@ -106,6 +89,7 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
     """`source` has snapshot() and control(): a HubClient, or the demo's in-process hub."""
     import uuid
 
+    from gpumix.advice.probe_results import job_allreduce_floor
     from gpumix.plan.inputs import PlanInputError, pick_job, plan_from_snapshot
     from gpumix.plan.planner import plan_to_json
     from gpumix.power.split_draw import draw_against_budgets
@@ -117,7 +101,7 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
         exclude = excluded_ranks(snapshot, args.job, args.exclude, args.exclude_tier)
         job, plan = plan_from_snapshot(snapshot, args.job, args.global_batch,
                                        args.gradient_mb * 1e6 if args.gradient_mb else None, args.granularity, exclude,
-                                       allreduce_floor=kept_allreduce_floor(snapshot, pick_job(snapshot, args.job)))
+                                       allreduce_floor=job_allreduce_floor(snapshot, pick_job(snapshot, args.job)))
     except (PlanInputError, ValueError) as error:
         fail(PROG, str(error), code=1)
     data = {**plan_to_json(plan), "job": job, "plan_id": uuid.uuid4().hex[:8]}
