@@ -292,3 +292,22 @@ def test_how_an_agent_connection_ended_is_what_the_stream_reader_said(lost: Exce
     error = asyncio.run(end())
     assert isinstance(error, ending)
     assert "keepalive" in str(error) or ending is not Silent
+
+
+def test_a_connection_lost_after_its_handler_ended_leaves_no_unretrieved_error() -> None:
+    """At shutdown the handler is cancelled first; the loss that follows must not log 'Future exception
+    was never retrieved' through the loop's handler."""
+    async def end() -> asyncio.Future[None]:
+        ours, theirs = socket.socketpair()
+        reader = asyncio.StreamReader()
+        transport, original = await asyncio.get_running_loop().connect_accepted_socket(
+            lambda: asyncio.StreamReaderProtocol(reader), ours)
+        stream = AgentProtocol(Recorder(), None, transport, original, 5.0, lambda: 0.0)
+        stream.close()
+        stream.connection_lost(ConnectionResetError())
+        transport.close()
+        theirs.close()
+        return stream.done
+
+    done = asyncio.run(end())
+    assert done.cancelled()

@@ -182,6 +182,7 @@ class AgentProtocol(asyncio.Protocol):
 
     def close(self) -> None:
         self._timer.cancel()
+        self.done.cancel()  # a connection lost after its handler ended (shutdown): no unretrieved error
 
 
 async def serve_agent(reader: asyncio.StreamReader, hub: StepSink, key: Any, transport: asyncio.BaseTransport,
