@@ -388,7 +388,9 @@ def test_absurd_numbers_are_dropped_field_by_field_and_counted(demo_hub: Hub) ->
     fake = snapshot["ranks"][2]
     assert fake["step"] == 4 and fake["step_time_s"] == 0.5  # the step with a good step time is kept
     assert fake["rejected_values"] == 3 + 6  # every field out of range, and the step dropped for its time
-    assert fake["loss"] is None and fake["mem_peak_bytes"] is None and fake["cpu_pct"] is None
+    assert fake["mem_peak_bytes"] is None and fake["cpu_pct"] is None
+    # the absurd loss is dropped: the row shows the newest loss received, an earlier step's
+    assert 1.7e308 not in fake["loss_history"] and fake["loss"] == fake["loss_history"][-1] != 1.7e308
     assert fake["samples_per_s"] == pytest.approx(32 / 0.5) and not fake["straggler"]
     assert snapshot["run"]["samples_per_s"] == pytest.approx(3 * 32 / 0.5)
     assert snapshot["run"]["stragglers"] == []

@@ -56,7 +56,7 @@ class AgentIntake:
             last_seen_s=now_s,
         )
         if old is not None and reconnected:  # its agent reconnected: keep what it sent
-            stream.steps, stream.points, stream.transport = old.steps, old.points, old.transport
+            stream.steps, stream.losses, stream.points, stream.transport = old.steps, old.losses, old.points, old.transport
             stream.connections, stream.rejected_values = set(old.connections), old.rejected_values
         elif predecessor is not None:  # a new process for this rank: a restart, maybe under a new split
             carry_points(predecessor, stream, now_s)
@@ -81,6 +81,8 @@ class AgentIntake:
         if step["step_time_s"] is None:
             return True  # a step time out of range: the step tells nothing
         stream.steps.append(step)
+        if step.get("loss") is not None:
+            stream.losses.append(step["loss"])
         compute_s = step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0)
         self._cap_samples.add(stream.gpu_uuid, caps_w.get(stream.gpu_uuid or ""), step.get("samples"),
                               compute_s, step["step_time_s"], stream.last_seen_s)

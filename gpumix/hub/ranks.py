@@ -17,7 +17,7 @@ from gpumix.wire.snapshot_types import (
     STEP_TIME_RANGE_S,
 )
 
-STEPS_KEPT = 120  # per rank, for medians and the loss sparkline
+STEPS_KEPT = 120  # per rank, for medians and the AMP window (the losses have their own deque)
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter
 STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggler...
 STRAGGLER_MIN_STEP_SHARE = 0.05  # ...and above it by this share of its step (1 ms against 0 is noise)
@@ -66,6 +66,9 @@ class RankStream:
     connections: set[int] = field(default_factory=set)  # serials of this process's open connections
     rejected_values: int = 0  # step fields out of range (dropped), and steps dropped for their step time
     steps: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=STEPS_KEPT))
+    # the losses received, newest last: an agent copies a CUDA loss on sampled steps only (at most ten a
+    # second), so at a fast step rate few of the last STEPS_KEPT steps carry one
+    losses: deque[float] = field(default_factory=lambda: deque(maxlen=LOSS_HISTORY_KEPT))
     transport: list[dict[str, Any]] = field(default_factory=list)
     # what earlier processes of this rank measured at their splits, oldest first (operating_point)
     points: list[dict[str, Any]] = field(default_factory=list)
@@ -220,7 +223,8 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "forward_s": _median([s["forward_s"] for s in recent if s["forward_s"] is not None]),
         "backward_s": _median([s["backward_s"] for s in recent if s["backward_s"] is not None]),
         "optimizer_s": _median([s["optimizer_s"] for s in recent if s["optimizer_s"] is not None]),
-        "loss_history": [s["loss"] for s in steps if s["loss"] is not None][-LOSS_HISTORY_KEPT:],
+        "loss": stream.losses[-1] if stream.losses else None,  # the newest received, not only the last step's
+        "loss_history": list(stream.losses),
         "samples": samples,
         "amp_skipped_share": amp_skipped_share,
         "amp_window_steps": amp_window_steps,
