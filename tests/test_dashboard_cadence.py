@@ -42,3 +42,24 @@ async def test_polls_fetch_the_history_only_when_it_will_be_drawn(demo_hub: Hub)
         for _ in range(3):
             app.render_snapshot(demo_hub.snapshot())
             assert app._series_index == 0  # the charts draw every sample
+
+
+async def test_a_new_timestamp_repaints_the_title_without_a_layout_pass(demo_hub: Hub) -> None:
+    """The title, run and host lines are TextPanels: a clock that moved repaints its columns only
+    (a Static laid the whole screen out again and rewrote the line)."""
+    from gpumix.tui.text_panel import TextPanel
+    from tests.test_text_panel import count_layouts
+
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, app)
+        assert all(isinstance(app.query_one(f"#{name}"), TextPanel) for name in ("title", "run", "host"))
+        snapshot = demo_hub.snapshot()
+        app.render_snapshot(snapshot)
+        await pilot.pause()
+        title = app.query_one("#title", TextPanel)
+        layouts, relayouts, before = count_layouts(app), title.relayouts, title.text
+        app.render_snapshot({**snapshot, "timestamp_s": snapshot["timestamp_s"] + 1.0})
+        await pilot.pause()
+        assert title.text != before  # the clock moved
+        assert title.relayouts == relayouts and layouts == []

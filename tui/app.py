@@ -11,44 +11,37 @@ import os
 import time
 from typing import Any
 
-from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
 from textual.geometry import Size
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer
 
 from gpumix.hub.history import HISTORY_FIELDS
 from gpumix.tui import format as fmt
-from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
 from gpumix.tui.controls import UserControls
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.held_history import HeldHistory
+from gpumix.tui.navigation import Navigation
 from gpumix.tui.palette import Palette
 from gpumix.tui.panels import (
     DETAIL_TEXT_LINES,
     detail_text,
     host_text,
     run_line,
-    stale_line,
     title_line,
 )
-from gpumix.tui.ranks_screen import RanksScreen
-from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
 from gpumix.tui.size_notice import TooSmallScreen, too_small
 from gpumix.tui.snapshot_view import SnapshotView
-from gpumix.tui.text_panel import TextPanel, changed_regions
+from gpumix.tui.staleness import STALE_CHECK_S, StaleWatch
+from gpumix.tui.text_panel import TextPanel
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
 from gpumix.wire.snapshot_types import Source
 
 # What the app reads and asks: an in-process Hub, a HubClient of a running one, several hubs.
 SnapshotSource = Source
-
-STALE_AFTER_INTERVALS = 2  # polls without a snapshot before the hub counts as lost
-MIN_STALE_S = 1.0  # but never sooner: a busy box may take a moment to answer
-STALE_CHECK_S = 0.5
 
 
 class DetailPanel(TextPanel):
@@ -62,9 +55,10 @@ class DetailPanel(TextPanel):
             self.call_after_refresh(show)
 
 
-class GpumixApp(UserControls, App[None]):
-    """Composition, polling, staleness, rendering and navigation; the controls' actions and
-    workflows come from UserControls (gpumix.tui.controls)."""
+class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
+    """Composition, polling and rendering; the controls' actions and workflows come from
+    UserControls (gpumix.tui.controls), the views' from Navigation (gpumix.tui.navigation), the lost
+    hub's notice from StaleWatch (gpumix.tui.staleness)."""
 
     TITLE = "gpumix-top"
     CSS_PATH = "app.tcss"
@@ -106,18 +100,17 @@ class GpumixApp(UserControls, App[None]):
         self.renders = 0
         self._requested_theme = theme
         self._palette: Palette | None = None
-        self._panel_text: dict[str, str] = {}
         self._series: dict[tuple[int, str], list[float | None]] = {}  # the selected GPU's history
         self._series_index: int | None = 0
         self._received_at_s = time.monotonic()  # when the last snapshot came (monotonic s)
-        self.stale = False  # no snapshot for stale_after_s: the title says so, values dimmed
 
     def compose(self) -> ComposeResult:
-        yield Static(id="title")
+        # panels of plain text repainting only the columns that changed (the clock, a rate)
+        yield TextPanel(id="title")
         yield GpuTable(id="gpus")
-        yield Static(id="run")
+        yield TextPanel(id="run")
         yield DetailPanel(id="detail")
-        yield Static(id="host")
+        yield TextPanel(id="host")
         yield Footer(compact=True)  # compact: Cap, Budget and Split stay in view at 80 columns
 
     def on_mount(self) -> None:
@@ -215,39 +208,6 @@ class GpumixApp(UserControls, App[None]):
         finally:
             self.set_timer(self.interval_s, self.fetch)
 
-    # -- staleness: a hub that stops answering is said, and its last values dimmed --------
-
-    @property
-    def stale_after_s(self) -> float:
-        return max(STALE_AFTER_INTERVALS * self.interval_s, MIN_STALE_S)
-
-    def _check_stale(self) -> None:
-        """On its own timer: a fetch blocked on a frozen hub arms no next poll, so the poll chain
-        cannot be the one to notice."""
-        age_s = time.monotonic() - self._received_at_s
-        if age_s <= self.stale_after_s or not self.screen_stack or not self.main_screen.query("#title"):
-            return  # fresh, or the app is closing
-        if not self.stale:
-            self.stale = True
-            self.add_class("-stale")
-            self.say("hub lost — reconnecting", severity="warning", timeout=4)
-        self._set_text("#title", stale_line(age_s, self._source_error()))
-
-    def _recovered(self) -> None:
-        if not self.stale:
-            return
-        self.stale = False
-        self.remove_class("-stale")
-        self.say(f"hub back after {time.monotonic() - self._received_at_s:.0f} s without a snapshot", timeout=4)
-        if self.snapshot is not None:
-            self._set_text("#title", title_line(self.snapshot))
-
-    def _source_error(self) -> str | None:
-        """Why the source could not be read (a HubClient's last_error; each of several hubs')."""
-        sources = getattr(self.source, "sources", [self.source])
-        reasons = [error for error in (getattr(s, "last_error", None) for s in sources) if error]
-        return "; ".join(reasons) or None
-
     @property
     def main_screen(self) -> Screen[Any]:
         """The dashboard's own screen, at the bottom of the stack whatever is open above it."""
@@ -295,21 +255,10 @@ class GpumixApp(UserControls, App[None]):
         self.renders += 1
 
     def _set_text(self, selector: str, text: str) -> None:
-        """Repaint a panel only when its text changed: a TextPanel only the changed columns; a
-        Static whole, laid out again only when its size may change (a line more or less, or wrapped)."""
+        """Repaint a panel only where its text changed (gpumix.tui.text_panel); plain text, never markup."""
         panels = self.main_screen.query(selector)
-        if not panels:
-            return  # the app is closing: its dashboard's widgets are gone (a late snapshot or recovery)
-        old = self._panel_text.get(selector)
-        if old == text:
-            return
-        self._panel_text[selector] = text
-        panel = panels.only_one(Static)
-        if isinstance(panel, TextPanel):
-            panel.show(text)
-            return
-        same_size = old is not None and changed_regions(old.split("\n"), text.split("\n"), panel.content_size.width) is not None
-        panel.update(Text(text), layout=not same_size)  # never markup: it holds outside text
+        if panels:  # none: the app is closing, its dashboard's widgets are gone (a late snapshot or recovery)
+            panels.only_one(TextPanel).show(text)
 
     _held_history: HeldHistory | None = None
 
@@ -336,44 +285,6 @@ class GpumixApp(UserControls, App[None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.action_charts()
 
-    # -- actions ------------------------------------------------------------------
-
-    @property
-    def selected_uuid(self) -> str | None:
-        return self.table.selected_uuid
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    def action_topology(self) -> None:
-        self._push_view(TopologyScreen())
-
-    def action_processes(self) -> None:
-        self._push_view(ProcessesScreen())
-
-    def action_charts(self) -> None:
-        uuid = self.selected_uuid
-        if uuid is None:
-            return
-        self.push_screen(GpuChartsScreen(uuid))  # it draws the latest snapshot once mounted
-
-    def action_switch_view(self) -> None:
-        self.table.switch_view()
-        if self.snapshot is not None:
-            self.render_snapshot(self.snapshot)
-
-    def action_ranks(self) -> None:
-        self._push_view(RanksScreen())
-
-    def action_findings(self) -> None:
-        self._push_view(FindingsScreen())
-
-    def action_tiers(self) -> None:
-        self._push_view(TiersScreen())
-
-    def _push_view(self, screen: SnapshotView) -> None:
-        self.push_screen(screen)  # it draws the latest snapshot once mounted
-
     # -- which actions apply (the controls are hidden with --readonly) ----------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -390,9 +301,3 @@ class GpumixApp(UserControls, App[None]):
     def _refresh_now(self) -> None:
         if self.snapshot is not None:
             self.render_snapshot(self.snapshot)
-
-    def action_cursor_down(self) -> None:
-        self.table.action_cursor_down()
-
-    def action_cursor_up(self) -> None:
-        self.table.action_cursor_up()
