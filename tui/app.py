@@ -163,12 +163,12 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
             self.pop_screen()
             self._refresh_now()
 
-    def _on_key(self, event: events.Key) -> None:
-        # Textual calls each class's handler down the MRO: App._on_key runs next unless stopped.
-        # A key still queued when the app has closed its screens (typed as it quits) finds no
-        # screen there and raises ScreenStackError (seen in the stress test on a loaded box).
-        if not self.screen_stack:
-            event.prevent_default()
+    async def on_event(self, event: events.Event) -> None:
+        # A key or mouse event still queued when the app has closed its screens (typed as it quits)
+        # would make App.on_event read self.screen and raise ScreenStackError (the stress test).
+        if isinstance(event, events.InputEvent) and not self.screen_stack:
+            return
+        await super().on_event(event)
 
     def say(self, message: Any, severity: Any = "information", timeout: float = 8) -> None:
         """A notification whose text may come from outside (a hub's reply, a file name): shown

@@ -19,3 +19,10 @@ class Dialog(ModalScreen[ResultType]):
             return AwaitComplete.nothing()  # already answered, or not the screen in front
         self._answered = True
         return super().dismiss(result)
+
+    def focus_if_there(self, selector: str) -> None:
+        """Focus this widget, unless the dialog was closed before its Mount came: a fast Escape takes
+        its children away first, and query_one would raise NoMatches (seen in the stress test)."""
+        for widget in self.query(selector).results():
+            widget.focus()
+            return

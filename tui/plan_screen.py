@@ -173,7 +173,7 @@ class PlanScreen(Dialog[str | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#apply", Button).focus()  # Enter restarts into the split, after a confirmation
+        self.focus_if_there("#apply")  # Enter restarts into the split, after a confirmation
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss({"apply": "split", "apply-without": "without"}.get(event.button.id or ""))

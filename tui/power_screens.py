@@ -95,7 +95,7 @@ class PowerDialog(Dialog[dict[str, Any] | None]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one(Input).focus()
+        self.focus_if_there("Input")
 
     def on_input_changed(self, event: Input.Changed) -> None:
         _, problem = parse_watts(event.value, self.gpus) if event.value.strip() else (None, "")
@@ -157,7 +157,7 @@ class FitScreen(Dialog[bool]):
                 yield Button("Cancel", id="cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#apply", Button).focus()  # Enter applies, not the scroll
+        self.focus_if_there("#apply")  # Enter applies, not the scroll
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "apply")

@@ -28,6 +28,9 @@ def render_segments(self: ChopsUpdate, console: Console) -> str:
             if strip is None or x >= x2 or end <= x1:
                 continue
             start = max(x, x1)
+            if start > x and strip.cell_length != len(strip.text):
+                start = x  # a wide (or zero-width) character: cropping inside one would blank its half
+
             sequences.append(Control.move_to(start, y).segment.text)
             sequences.append(_cropped(strip, start - x, min(end, x2) - x).render(console))
         if y != last_y:

@@ -22,11 +22,13 @@ from gpumix.cli.common import (
     fail,
     positive_float,
 )
+from gpumix.hub.client import printable
 from gpumix.wire.snapshot_types import Snapshot, Source
 
 PROG = "gpumix"
 MIN_DRIVER_ENV = "GPUMIX_4090_P2P_MIN_DRIVER"
 FINDING_TEXT_FIELDS = ("id", "severity", "title", "evidence", "fix")
+MAX_FINDING_CHARS = 2000  # per field of a hub's finding
 
 
 def add_doctor_parser(commands: Any) -> None:
@@ -78,7 +80,8 @@ def hub_findings(snapshot: Snapshot) -> list[Finding] | None:
         gpus = item["gpus"]
         if not isinstance(gpus, list) or not all(type(index) is int for index in gpus):
             return None
-        found.append(Finding(**item))
+        # the hub's text is outside text (a foreign hub, a forged one): control characters shown, never sent
+        found.append(Finding(**{**item, **{name: printable(item[name], MAX_FINDING_CHARS) for name in FINDING_TEXT_FIELDS}}))
     return found
 
 

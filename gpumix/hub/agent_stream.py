@@ -33,7 +33,7 @@ from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 
-READ_BYTES = 1 << 16  # one read's most: with the one incomplete frame kept, a stream holds < 2 x 64 KiB
+READ_BYTES = 1 << 16  # a read size for tests; the buffer holds at most one incomplete frame besides a read
 AGENT_READ_PAUSE_ENV = "GPUMIX_HUB_AGENT_READ_PAUSE_S"
 MAX_AGENT_READ_PAUSE_S = 5.0
 
@@ -202,6 +202,11 @@ async def serve_agent(reader: asyncio.StreamReader, hub: StepSink, key: Any, tra
             transport.resume_reading()
         if leftover:
             stream.data_received(leftover)
+        # the agent closed (or reset) before the swap: the stream heard it, the new protocol never will
+        if reader.exception() is not None:
+            stream._end(reader.exception())
+        elif reader.at_eof():
+            stream._end(asyncio.IncompleteReadError(b"", None))
         await stream.done
     finally:
         stream.close()

@@ -186,7 +186,7 @@ def skipped_share(steps: list[dict[str, Any]]) -> tuple[float | None, int]:
 
 def rank_summary(stream: RankStream) -> dict[str, Any]:
     """Per-rank figures over the last few steps (medians: robust to one slow step)."""
-    steps = list(stream.steps)  # one copy of the deque for the window, the AMP share and the losses
+    steps = list(stream.steps)  # one copy of the deque for the window and the AMP share
     recent = steps[-MEDIAN_WINDOW:]
     step_times = [s["step_time_s"] for s in recent if s["step_time_s"]]
     step_time = _median(step_times)

@@ -173,7 +173,8 @@ def joint_offer(ranks: Sequence[JointRank], global_batch: int, granularity: int,
     step_s = proposal.compute_s + comm_s
     gain = serial_step_s / step_s - 1 if step_s > 0 else 0.0
     needed = max(MIN_OFFER_GAIN, error or 0.0)
-    basis = f"the curves' own error {error:.1%}" if error is not None else f"the {MIN_OFFER_GAIN:.0%} threshold"
+    basis = (f"the curves' own error {error:.1%}" if error is not None and error > MIN_OFFER_GAIN
+             else f"the {MIN_OFFER_GAIN:.0%} threshold")  # whichever set `needed`
     if gain <= needed:
         return JointOffer(False, f"predicted {gain:+.1%} over split then fit: not past {basis}", proposal, step_s, gain)
     return JointOffer(True, f"predicted {gain:+.1%} over split then fit, past {basis}, within the measured caps"

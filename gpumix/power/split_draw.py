@@ -41,8 +41,14 @@ class GpuDraw:
 
 
 def _number(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-    return float(value) if ok else None
+    """A finite, non-negative number from a plan or snapshot, else None (an int too large for a float too)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def predict_gpu_draw(index: int, cap_w: float, default_w: float, draw_now_w: float | None,
