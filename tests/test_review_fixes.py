@@ -90,3 +90,17 @@ def test_a_dialog_closed_before_its_mount_focuses_nothing_and_does_not_crash() -
         dialog = kind.__new__(kind)
         Dialog.__init__(dialog)  # no children: as after their removal
         dialog.on_mount()
+
+
+@pytest.mark.usefixtures("tui_env")
+async def test_enter_twice_opens_one_charts_screen(demo_hub: Hub) -> None:
+    from gpumix.tui.screens import GpuChartsScreen
+
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        app.action_charts()
+        await pilot.pause()
+        app.action_charts()
+        await pilot.pause()
+        assert sum(isinstance(screen, GpuChartsScreen) for screen in app.screen_stack) == 1

@@ -32,8 +32,8 @@ class Navigation:
 
     def action_charts(self) -> None:
         uuid = self.selected_uuid
-        if uuid is None:
-            return
+        if uuid is None or isinstance(self.screen, GpuChartsScreen):
+            return  # one charts screen at a time: Enter again must not stack another (the stress test: 60)
         self.push_screen(GpuChartsScreen(uuid))  # it draws the latest snapshot once mounted
 
     def action_switch_view(self) -> None:
