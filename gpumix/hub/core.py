@@ -92,6 +92,7 @@ class Hub:
         # each step filed under its GPU's cap at the last tick: the power fit's learned curves
         self.cap_samples = CapSamples()
         self._caps_w: dict[str, float | None] = {}  # uuid -> cap at the last tick
+        self._learned_points: dict[str, list[dict[str, Any]]] = {}  # the snapshot's power_points, made each tick
         self._intake = AgentIntake(self._infos, self.cap_samples)  # agents' hellos, steps and goodbyes
         self._ranks = self._intake.table.streams  # (job, run id, rank) -> its stream; read-only here
 
@@ -139,6 +140,7 @@ class Hub:
             self.history.add(samples)
             self._snapshot = snapshot
             self._caps_w = {gpu["uuid"]: gpu.get("power_cap_w") for gpu in snapshot["gpus"]}
+            self._learned_points = _off_cap_points(self.cap_samples.view(self._clock()), self._caps_w)
             self._merged = None
             self.ticks += 1
         self._ready.set()
@@ -160,6 +162,8 @@ class Hub:
                 self._merged = merge_ranks(self._snapshot, self._intake.table.ordered(), now_s,
                                            self._supervised.view(now_s), self.plans_in_force, self._wall_clock(),
                                            self.hardware.power_budget_w)
+                if self._learned_points:  # what `gpumix plan`'s joint offer learns from (a fit asks afresh)
+                    self._merged["power_points"] = self._learned_points
                 self._ranks_changed = False
             return self._merged
 
@@ -292,6 +296,20 @@ class Hub:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.hardware.backend.close()
+
+
+def _off_cap_points(points: dict[str, list[dict[str, Any]]],
+                    caps_w: dict[str, float | None]) -> dict[str, list[dict[str, Any]]]:
+    """The learned points at caps other than each GPU's cap now: all a learned curve needs besides the
+    rank's live figure (gpumix.power.budget reads no point at the cap in force). A box whose caps never
+    changed has none, so its snapshots stay as small as before."""
+    result = {}
+    for uuid, rows in points.items():
+        cap_w = caps_w.get(uuid)
+        kept = [row for row in rows if cap_w is None or abs(row["cap_w"] - cap_w) >= 0.5]
+        if kept:
+            result[uuid] = kept
+    return result
 
 
 def _limits() -> RankLimits:
