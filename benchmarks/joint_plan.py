@@ -128,7 +128,7 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float) -> dict[str, Any]:
     oracle.profile_through_hub(job, counts, micro)
     snapshot = job.hub.snapshot()
     learned = gpu_power_from_snapshot({**snapshot, "power_points": job.hub.power_points()})
-    prior = gpu_power_from_snapshot(snapshot)
+    prior = gpu_power_from_snapshot({k: v for k, v in snapshot.items() if k != "power_points"})  # the hub's snapshot has them
     stock_w = [g.model.tdp_w for g in rig.gpus]
     world_ranks = [WorldRank(world, r, g.model.power_limit_min_w, stock_w[r], oracle.micro_cap(rig, r) * MAX_K)
                    for r, g in enumerate(rig.gpus)]
