@@ -1,0 +1,74 @@
+#!/bin/bash
+# Issue 13's figures on one lent H200, read-only on the GPU, in two calls (each under the 600 s limit):
+#   PART=a: gpumix-top against nvitop at 1 s (160x48 idle and busy, 80x24 idle; alternated rounds),
+#           the one-shots with a hub, the hub's CPU per tick with 0 and 10 ranks on the GPU and on
+#           the simulated 10-GPU rig (`--sim mixed-10`: 10 GPUs and 10 ranks).
+#   PART=b: the agent's per-step cost (1 ms steps and empty steps, a CUDA loss, no hub and a live hub,
+#           alternated), DDP steps with and without the agent (paired, one rank, NCCL), the 10-GPU
+#           demo's dashboard attached to `gpumix hub --demo` and with its hub in-process.
+#
+#   PART=a OUT=/tmp/out bash benchmarks/device_issue13.sh        # wheels (gpumix-top's own among them) in .whl/
+#   DRY=1 PART=a OUT=/tmp/out bash benchmarks/device_issue13.sh  # a dry run without a GPU (simulated rig)
+#
+# JSON goes into WORK, packed into $OUT/issue13.tgz after each part; the log is $OUT/log.txt.
+set -u
+cd "$(dirname "$0")/.."
+BUDGET_S=${BUDGET_S:-560}
+PART=${PART:-a}
+. benchmarks/device_setup.sh issue13   # REPO OUT LOG WORK PY DRY SRC BUDGET_S; wheels; say, step, pack, start_hub, stop_hub
+SECS=${SECS:-10}
+WARM=${WARM:-3}
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,power.draw,power.limit --format=csv,noheader; nproc
+  $PY --version; nvitop --version; } >>"$LOG" 2>&1
+cp "$LOG" "$WORK/machine.txt"
+TUI=($PY "$REPO/benchmarks/bench_tui.py" --seconds "$SECS" --warmup "$WARM")
+
+if [ "$PART" = a ]; then
+  step 100 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label idle-160x48 \
+    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  step 70 "dashboard 80x24, idle GPU" "${TUI[@]}" --repeats 2 --cols 80 --rows 24 --label idle-80x24 \
+    --out "$WORK/tui_vs_nvitop_idle_80x24.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  if [ "$DRY" != 1 ]; then
+    $PY $REPO/benchmarks/gpu_load.py --seconds 120 >"$WORK/gpu_load.log" 2>&1 &
+    LOAD=$!
+    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
+  fi
+  step 100 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
+    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 12 \
+    --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
+  step 70 "hub CPU per tick, 10 simulated GPUs" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 12 \
+    --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 --sim mixed-10" --out "$WORK/hub_tick_mixed10.json"
+  start_hub oneshot $SRC
+  step 60 "one-shots, a hub running" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label hub --out "$WORK/oneshot_hub.json" \
+    --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix power show" --cmd "gpustat --json" --cmd "nvitop --once"
+  stop_hub
+fi
+
+if [ "$PART" = b ]; then
+  if [ "$DRY" != 1 ]; then
+    step 100 "agent per step, 1 ms steps, CUDA loss" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs 3 \
+      --steps 5000 --body-us 1000 --out "$WORK/agent_calls_1ms.json"
+    step 60 "agent per step, empty steps, CUDA loss" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs 3 \
+      --steps 5000 --out "$WORK/agent_calls_empty.json"
+    start_hub ddp
+    step 200 "DDP step with and without the agent, paired" $PY "$REPO/benchmarks/bench_agent_overhead.py" ${DDP_ARGS:---gpus 1 --pairs 5 --steps 300} \
+      --hub "$WORK/run/gpumix/hub.sock" --out "$WORK/ddp_agent_overhead.json"
+    stop_hub
+  fi
+  DEMO=($PY "$REPO/benchmarks/bench_tui.py" --repeats 2 --seconds 8 --warmup "$WARM")
+  start_hub demo --demo
+  sleep 3  # the demo's ten ranks connect and step
+  for size in 80x24 160x48; do
+    step 50 "demo dashboard $size, attached to gpumix hub --demo" "${DEMO[@]}" --cols "${size%x*}" --rows "${size#*x}" \
+      --label "demo-attached-$size" --out "$WORK/tui_demo_attached_$size.json" -- gpumix-top --interval 1
+  done
+  stop_hub
+  for size in 80x24 160x48; do
+    step 50 "demo dashboard $size, hub in-process" "${DEMO[@]}" --cols "${size%x*}" --rows "${size#*x}" \
+      --label "demo-in-process-$size" --out "$WORK/tui_demo_in_process_$size.json" -- gpumix-top --demo --interval 1
+  done
+fi
+say done
+pack
