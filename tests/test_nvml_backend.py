@@ -217,6 +217,7 @@ def make_rig(
     faults: dict[tuple[int, str], int] | None = None,
     synthetic_job: bool = True,
     slow_interval_s: float = 5.0,
+    exact_pcie: bool = False,
 ) -> Rig:
     clock = ManualClock()
     rig = parse_rig(rig_text, "x.toml") if rig_text is not None else load_builtin_rig("mixed-10")
@@ -227,6 +228,7 @@ def make_rig(
     backend = NvmlBackend(
         nvml=nvml, clock=clock, wall_clock=lambda: WALL_OFFSET_S + clock(), slow_interval_s=slow_interval_s
     )
+    backend.exact_pcie = exact_pcie
     return Rig(clock=clock, machine=machine, nvml=nvml, backend=backend)
 
 
@@ -513,7 +515,8 @@ def test_gpu_lost_before_p2p_does_not_mark_its_peers_lost(rig: Rig) -> None:
 
 
 def test_pcie_rates_from_the_cumulative_counters() -> None:
-    made = make_rig(synthetic_job=False)
+    # exact_pcie: the counters' own arithmetic (by default these busy gen4 links take the 20 ms window)
+    made = make_rig(synthetic_job=False, exact_pcie=True)
     made.machine.set_activity(RTX3090, GpuActivity(busy_fraction=0.5, pcie_tx_bytes_per_s=3e9, pcie_rx_bytes_per_s=5e9))
     made.machine.set_activity(RTX4090, GpuActivity(busy_fraction=0.5, pcie_tx_bytes_per_s=1e8, pcie_rx_bytes_per_s=0.0))
     first = made.sample(0.0)
@@ -532,7 +535,8 @@ def test_pcie_rates_from_the_cumulative_counters() -> None:
     assert made.calls(RTX3090, "nvmlDeviceGetPcieThroughput") == 0  # no fallback needed
 
 
-def test_pcie_rates_match_the_synthetic_job(rig: Rig) -> None:
+def test_pcie_rates_match_the_synthetic_job() -> None:
+    rig = make_rig(exact_pcie=True)  # the counters' arithmetic; test_pcie_window_* cover the default
     rig.sample()
     samples = rig.sample(1.0)
     for index, sample in enumerate(samples):
@@ -541,6 +545,7 @@ def test_pcie_rates_match_the_synthetic_job(rig: Rig) -> None:
         # the counters are whole bytes: one byte per second of rounding at most
         assert sample.pcie_tx_bytes_per_s == pytest.approx(activity.pcie_tx_bytes_per_s, abs=2.0)
         assert sample.pcie_rx_bytes_per_s == pytest.approx(activity.pcie_rx_bytes_per_s, abs=2.0)
+    rig.backend.close()
 
 
 def test_pcie_counter_reset_gives_none_not_a_negative_rate() -> None:
@@ -586,7 +591,8 @@ def test_pcie_counters_transient_error_does_not_fall_back() -> None:
 
 @pytest.mark.parametrize("code", [pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION])
 def test_pcie_counters_unsupported_fall_back_to_throughput(code: int) -> None:
-    made = make_rig(synthetic_job=False, faults={(RTX3090, "nvmlDeviceGetFieldValues"): code})
+    # exact_pcie: RTX4090 stays on its counters (by default its busy gen4 link would take the window)
+    made = make_rig(synthetic_job=False, faults={(RTX3090, "nvmlDeviceGetFieldValues"): code}, exact_pcie=True)
     made.machine.set_activity(RTX3090, GpuActivity(pcie_tx_bytes_per_s=3_000_500.0, pcie_rx_bytes_per_s=7e9))
     made.machine.set_activity(RTX4090, GpuActivity(pcie_tx_bytes_per_s=2e9, pcie_rx_bytes_per_s=2e9))
     first = made.sample()

@@ -33,6 +33,7 @@ def test_slow_traffic_unwraps_across_the_32_bit_boundary(hardware, clock: Manual
 
 def test_fast_traffic_needs_the_guard_and_the_guard_keeps_it_exact(hardware, clock: ManualClock) -> None:
     backend = hardware.backend
+    backend.exact_pcie = True  # the guard (by default a busy fast link takes the 20 ms window instead)
     hardware.machine.set_activity(7, GpuActivity(busy_fraction=1.0, pcie_tx_bytes_per_s=FAST, pcie_rx_bytes_per_s=FAST))
     backend.sample()
     clock.advance(0.1)  # a first short step learns the rate (below one wrap)
@@ -52,6 +53,8 @@ def test_fast_traffic_needs_the_guard_and_the_guard_keeps_it_exact(hardware, clo
 
 def test_without_guard_reads_a_fast_link_aliases(hardware, clock: ManualClock) -> None:
     """What the H200 showed before the fix: 1 s between reads at 20 GB/s cannot be exact."""
+    hardware.backend.exact_pcie = True  # counters only: no 20 ms window to fall back on
+    hardware.backend._guard_stop.set()  # and no guard thread
     hardware.machine.set_activity(7, GpuActivity(pcie_tx_bytes_per_s=FAST, pcie_rx_bytes_per_s=FAST))
     hardware.backend.sample()
     clock.advance(1.0)

@@ -1,7 +1,12 @@
 """The PCIe wrap guard reads only GPUs that may be moving data (issue 13): an idle card whose link
 stays fast (an H200 keeps gen5 x16 at idle) costs one counter read per tick, not one per wrap
 period; a busy one is still read often enough to stay exact; one that wakes between two ticks
-gives no rate for that tick rather than an aliased one. Calls are counted on the NVML look-alike."""
+gives no rate for that tick rather than an aliased one. Calls are counted on the NVML look-alike.
+
+The guard runs with `exact_pcie` (the `world` fixture). By default (`window_world`) a busy GPU whose
+link can wrap within a tick costs no guard reads at all: its rate comes from
+nvmlDeviceGetPcieThroughput's 20 ms window, one counter read per tick (the guard was 1.4 % of a core
+per busy H200)."""
 
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ class FastIdleLinkNvml(SimNvml):
     def __init__(self, machine: SimMachine) -> None:
         super().__init__(machine)
         self.field_reads: Counter[int] = Counter()
+        self.window_reads: Counter[int] = Counter()
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: SimHandle) -> int:
         super().nvmlDeviceGetCurrPcieLinkGeneration(handle)
@@ -39,14 +45,19 @@ class FastIdleLinkNvml(SimNvml):
         self.field_reads[handle.index] += 1
         return super().nvmlDeviceGetFieldValues(handle, field_ids)
 
+    def nvmlDeviceGetPcieThroughput(self, handle: SimHandle, counter: int) -> int:
+        self.window_reads[handle.index] += 1
+        return super().nvmlDeviceGetPcieThroughput(handle, counter)
+
 
 class World:
-    def __init__(self) -> None:
+    def __init__(self, exact_pcie: bool = True) -> None:
         self.clock = ManualClock()
         self.machine = SimMachine(load_builtin_rig("mixed-10"), clock=self.clock)
         self.machine.synthetic_job = False  # every GPU idle unless a test says otherwise
         self.nvml = FastIdleLinkNvml(self.machine)
         self.backend = NvmlBackend(nvml=self.nvml, clock=self.clock, wall_clock=self.clock)
+        self.backend.exact_pcie = exact_pcie
         # No guard thread: the test plays the guard by calling poll_pcie_counters, so every read is counted.
         self.backend._guard_stop.set()
 
@@ -69,6 +80,70 @@ def world() -> Any:
     made = World()
     yield made
     made.backend.close()
+
+
+@pytest.fixture
+def window_world() -> Any:
+    made = World(exact_pcie=False)
+    yield made
+    made.backend.close()
+
+
+def _window_rate(bytes_per_s: float) -> float:
+    """What the 20 ms window says, in bytes/s: NVML answers whole KB/s."""
+    return int(bytes_per_s / 1000) * 1000.0
+
+
+def test_a_busy_gpu_on_a_fast_link_takes_the_window_not_guard_reads(window_world: World) -> None:
+    world = window_world
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=1.0, pcie_tx_bytes_per_s=FAST, pcie_rx_bytes_per_s=FAST / 2))
+    world.tick()
+    world.one_tick_with_the_guard()
+    reads, windows = world.nvml.field_reads[GPU], world.nvml.window_reads[GPU]
+    for _ in range(5):
+        busy = world.one_tick_with_the_guard()[GPU]
+        # 20 GB/s over a second wrapped the counter four times: the window answers, not an aliased step
+        assert busy.pcie_tx_bytes_per_s == _window_rate(FAST)
+        assert busy.pcie_rx_bytes_per_s == _window_rate(FAST / 2)
+    assert world.nvml.field_reads[GPU] - reads == 5  # one counter read a tick; the guard read ~7 a tick
+    assert world.nvml.window_reads[GPU] - windows == 10  # tx + rx a tick
+    assert world.backend.poll_pcie_counters() == PCIE_GUARD_MAX_WAIT_S  # nothing due
+    assert world.backend._pcie_guard is None
+
+
+def test_the_window_hands_back_to_the_counters_without_an_aliased_tick(window_world: World) -> None:
+    world = window_world
+    world.tick()
+    world.one_tick_with_the_guard()  # no rate at first counts as busy: this tick took the window
+    world.one_tick_with_the_guard()  # idle: counters only
+    started = world.nvml.window_reads[GPU]
+    world.one_tick_with_the_guard()
+    assert world.nvml.window_reads[GPU] == started
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=1.0, pcie_tx_bytes_per_s=FAST, pcie_rx_bytes_per_s=FAST))
+    woke = world.one_tick_with_the_guard()[GPU]
+    assert woke.pcie_tx_bytes_per_s == _window_rate(FAST)  # woke unwatched: the window, not None
+    world.one_tick_with_the_guard()
+    world.machine.set_activity(GPU, GpuActivity())
+    # The first idle tick's counter step spans busy time that wrapped the counter: the window answers
+    calmed = world.one_tick_with_the_guard()[GPU]
+    assert calmed.pcie_tx_bytes_per_s == 0.0 and calmed.pcie_rx_bytes_per_s == 0.0
+    windows = world.nvml.window_reads[GPU]
+    for _ in range(3):  # idle: the counters again, exact, no window
+        idle = world.one_tick_with_the_guard()[GPU]
+        assert idle.pcie_tx_bytes_per_s == 0.0
+    assert world.nvml.window_reads[GPU] == windows
+
+
+def test_a_moderate_rate_on_a_slow_link_stays_on_the_counters(window_world: World) -> None:
+    """3 GB/s on a link that idles at gen1 x16 cannot wrap within a tick: exact counters, no window."""
+    world = window_world
+    world.nvml.nvmlDeviceGetCurrPcieLinkGeneration = lambda handle: 1  # type: ignore[method-assign]
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=1.0, pcie_tx_bytes_per_s=3.3e9, pcie_rx_bytes_per_s=1e9))
+    world.tick()
+    for _ in range(3):
+        sample = world.one_tick_with_the_guard()[GPU]
+        assert sample.pcie_tx_bytes_per_s == pytest.approx(3.3e9, rel=1e-6)
+    assert world.nvml.window_reads[GPU] == 0
 
 
 def test_an_idle_gpu_on_a_fast_link_costs_one_counter_read_per_tick(world: World) -> None:

@@ -1,6 +1,10 @@
 """PCIe throughput from NVML, for NvmlBackend: the cumulative byte counters (fields 197/198) as
-Δbytes/Δtimestamp, a guard thread that reads them before their 32 bits wrap, and the slow
-nvmlDeviceGetPcieThroughput fallback run in parallel on a small pool.
+Δbytes/Δtimestamp, and nvmlDeviceGetPcieThroughput's 20 ms window (run in parallel on a small pool)
+where the counters cannot be exact: a busy GPU whose link can wrap the 32-bit counters within a tick.
+
+By default that GPU's rate comes from the window (as nvitop's does), one counter read per tick: the
+guard thread that read its counters before every wrap cost ~14 reads/s per busy gen5 GPU, 1.4 % of a
+core on the H200 (issue 13). `exact_pcie = True` keeps the guard (exact totals, more CPU).
 
 What it may import: pynvml, gpumix.hw."""
 
@@ -49,9 +53,11 @@ class NvmlPcie:
     one-shot (`gpumix-top --once`, `gpumix doctor`) then needs one tick, not two ticks and a wait."""
 
     instant_first_pcie: bool = False
+    exact_pcie: bool = False  # the wrap guard instead of the 20 ms window for busy fast links
 
     def _fill_pcie(self, samples: list[GpuSample]) -> None:
         fallback: list[GpuSample] = []
+        windowed: list[GpuSample] = []  # counters cannot be exact this tick: the 20 ms window
         instant: list[GpuSample] = []  # no counter rate this tick (a first reading): instant_first_pcie
         for sample in samples:
             if sample.lost:
@@ -59,15 +65,28 @@ class NvmlPcie:
             if (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
                 continue
-            rates = self._pcie_from_counters(sample, _link_bound(sample, self._infos[sample.index]))
+            rates, window = self._pcie_from_counters(sample, _link_bound(sample, self._infos[sample.index]))
             if rates is None and (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
             elif rates is not None:
                 sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = rates
+            elif window:
+                windowed.append(sample)
             elif self.instant_first_pcie:
                 instant.append(sample)
-        if fallback or instant:
-            self._pcie_from_throughput(fallback + instant)
+        if fallback or windowed or instant:
+            self._pcie_from_throughput(fallback + windowed + instant)
+        for sample in windowed:
+            self._after_window(sample)
+
+    def _after_window(self, sample: GpuSample) -> None:
+        """Whether the next interval needs the window too, judged by this tick's window rates
+        (the counters' own step spanned traffic that may have wrapped them)."""
+        tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
+        rates = (tx, rx) if tx is not None and rx is not None else None
+        with self._pcie_lock:
+            counters = self._pcie[sample.index]
+            counters.windowed = may_move_data(sample, rates) and counters.wraps_soon()
 
     def _read_counters(self, index: int) -> PcieCounters | None:
         """Read fields 197/198 and fold them into the GPU's unwrapped totals."""
@@ -87,25 +106,32 @@ class NvmlPcie:
             counters.read_at_s = self._clock()
             return counters
 
-    def _pcie_from_counters(self, sample: GpuSample, link_bytes_per_s: float | None = None) -> tuple[float, float] | None:
-        """Rate = delta of the (unwrapped) cumulative byte counters / delta of their timestamps.
-        Also decides whether the wrap guard keeps reading this GPU until the next tick."""
+    def _pcie_from_counters(
+        self, sample: GpuSample, link_bytes_per_s: float | None = None
+    ) -> tuple[tuple[float, float] | None, bool]:
+        """(rates, window): rate = delta of the (unwrapped) cumulative byte counters / delta of their
+        timestamps, or None with window True where the counters may have wrapped unseen since the
+        last tick and the 20 ms window must answer. Also decides how the next interval is watched."""
         counters = self._read_counters(sample.index)
         if counters is None:
-            return None
+            return None, False
         with self._pcie_lock:
             counters.link_bytes_per_s = link_bytes_per_s
             previous_us = counters.sampled_us
             rates = counters.rates_since_sample()
+            unseen = previous_us is not None and counters.timestamp_us is not None and (
+                counters.could_have_wrapped_unseen((counters.timestamp_us - previous_us) / 1e6))
+            if unseen and counters.windowed and not self.exact_pcie:
+                return None, True  # a busy interval left to the window: its counter step may be aliased
             moving = may_move_data(sample, rates)
-            if moving and previous_us is not None and counters.timestamp_us is not None:
-                # woke up while unguarded: the counters may have wrapped unseen, so no rate this tick
-                if counters.could_have_wrapped_unseen((counters.timestamp_us - previous_us) / 1e6):
-                    rates = None
-            counters.guarded = moving
-            if moving and counters.wraps_soon():
+            if moving and unseen:
+                # woke up while unwatched: the counters may have wrapped unseen, so no counter rate this tick
+                rates = None
+            counters.guarded = moving and self.exact_pcie
+            counters.windowed = moving and not self.exact_pcie and counters.wraps_soon()
+            if counters.guarded and counters.wraps_soon():
                 self._start_pcie_guard()
-        return rates
+        return rates, rates is None and unseen and not self.exact_pcie
 
     def poll_pcie_counters(self) -> float:
         """One pass of the wrap guard: read the counters of GPUs whose 32-bit counters

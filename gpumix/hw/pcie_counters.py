@@ -20,6 +20,11 @@ sampler: a compute process, nonzero utilization, or traffic seen): an H200 keeps
 gen5 x16 link at idle, and reading an idle one 15 times a second cost 1.1 % of a core
 (issue 13). A GPU that wakes between two ticks was not guarded over that interval: its
 tick gives no rate (None, not an aliased number), and the guard runs from then on.
+
+The guard runs only with `NvmlBackend.exact_pcie`. By default a GPU that may be moving data on a
+link that can wrap within a tick is `windowed` instead: its next tick takes
+nvmlDeviceGetPcieThroughput's 20 ms window (KB/s, a sample not an average; nvitop's source), one
+counter read per tick, no guard reads (issue 13: those were 1.4 % of a core per busy H200).
 """
 
 from __future__ import annotations
@@ -78,7 +83,8 @@ class PcieCounters:
     link_bytes_per_s: float | None = None  # the fastest the counters can move now (the link's rate)
     read_at_s: float | None = None  # our own (monotonic) clock at the last read: NVML's stamps are wall time
     reset: bool = False  # the counters restarted since the last tick: its rate is unknown
-    guarded: bool = False  # the wrap guard keeps these exact (the GPU may be moving data)
+    guarded: bool = False  # the wrap guard keeps these exact (the GPU may be moving data; exact_pcie)
+    windowed: bool = False  # busy on a link that wraps within a tick: the next tick takes the 20 ms window
 
     def update(self, timestamp_us: int, tx_value: Any, rx_value: Any) -> None:
         tx, self.modulus = field_value(tx_value)
