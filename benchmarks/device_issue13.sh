@@ -58,17 +58,7 @@ if [ "$PART" = b ]; then
     stop_hub
   fi
   DEMO=($PY "$REPO/benchmarks/bench_tui.py" --repeats 2 --seconds 8 --warmup "$WARM")
-  start_hub demo --demo
-  sleep 3  # the demo's ten ranks connect and step
-  for size in 80x24 160x48; do
-    step 50 "demo dashboard $size, attached to gpumix hub --demo" "${DEMO[@]}" --cols "${size%x*}" --rows "${size#*x}" \
-      --label "demo-attached-$size" --out "$WORK/tui_demo_attached_$size.json" -- gpumix-top --interval 1
-  done
-  stop_hub
-  for size in 80x24 160x48; do
-    step 50 "demo dashboard $size, hub in-process" "${DEMO[@]}" --cols "${size%x*}" --rows "${size#*x}" \
-      --label "demo-in-process-$size" --out "$WORK/tui_demo_in_process_$size.json" -- gpumix-top --demo --interval 1
-  done
+  demo_dashboards 50 "${DEMO[@]}"
 fi
 say done
 pack

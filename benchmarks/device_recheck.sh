@@ -54,16 +54,6 @@ fi
 
 # -- the 10-GPU demo's dashboard: attached to `gpumix hub --demo`, then with its hub in-process ------------
 TUI=($PY "$REPO/benchmarks/bench_tui.py" --repeats 2 --seconds "$SECS" --warmup "$WARM")
-start_hub demo --demo
-sleep 3  # the demo's ten ranks connect and step
-for size in 80x24 160x48; do
-  step 60 "demo dashboard $size, attached to gpumix hub --demo" "${TUI[@]}" --cols "${size%x*}" --rows "${size#*x}" \
-    --label "demo-attached-$size" --out "$WORK/tui_demo_attached_$size.json" -- gpumix-top --interval 1
-done
-stop_hub
-for size in 80x24 160x48; do
-  step 60 "demo dashboard $size, hub in-process" "${TUI[@]}" --cols "${size%x*}" --rows "${size#*x}" \
-    --label "demo-in-process-$size" --out "$WORK/tui_demo_in_process_$size.json" -- gpumix-top --demo --interval 1
-done
+demo_dashboards 60 "${TUI[@]}"
 say done
 pack

@@ -9,7 +9,9 @@
 # cds into WORK (not the checkout: its gpumix/ lacks gpumix.tui and gpumix.agent, mapped from tui/,
 # agent/). Functions: say LINE; pack (WORK, less the sockets, into $OUT/NAME.tgz: a call returns at most
 # 8 files); step LIMIT NAME COMMAND... (a timeout each, skipped when it could end past BUDGET_S, output
-# to the log, packed after); start_hub TAG [FLAGS] / stop_hub (the node's hub at the default socket).
+# to the log, packed after); start_hub TAG [FLAGS] / stop_hub (the node's hub at the default socket);
+# demo_dashboards LIMIT BENCH_TUI... (the 10-GPU demo's dashboard at 80x24 and 160x48, attached to
+# `gpumix hub --demo`, then with its hub in-process; JSON tui_demo_{attached,in_process}_SIZE.json in WORK).
 NAME=$1
 REPO=$PWD
 OUT=${OUT:-/tmp/gpumix-$NAME}; mkdir -p "$OUT"
@@ -48,3 +50,17 @@ start_hub() {  # TAG [FLAGS]: the node's hub at the default socket, as a user wo
   sleep 1.5  # two ticks: the hub has rates
 }
 stop_hub() { kill "$HUB" 2>/dev/null; wait "$HUB" 2>/dev/null; }
+demo_dashboards() {  # LIMIT BENCH_TUI_COMMAND...: the 10-GPU demo's dashboard, attached then in-process
+  local limit=$1 size; shift
+  start_hub demo --demo
+  sleep 3  # the demo's ten ranks connect and step
+  for size in 80x24 160x48; do
+    step "$limit" "demo dashboard $size, attached to gpumix hub --demo" "$@" --cols "${size%x*}" --rows "${size#*x}" \
+      --label "demo-attached-$size" --out "$WORK/tui_demo_attached_$size.json" -- gpumix-top --interval 1
+  done
+  stop_hub
+  for size in 80x24 160x48; do
+    step "$limit" "demo dashboard $size, hub in-process" "$@" --cols "${size%x*}" --rows "${size#*x}" \
+      --label "demo-in-process-$size" --out "$WORK/tui_demo_in_process_$size.json" -- gpumix-top --demo --interval 1
+  done
+}
