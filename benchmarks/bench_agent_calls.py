@@ -72,17 +72,22 @@ def spin(seconds: float) -> None:
         pass
 
 
-def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float) -> list[float]:
-    """Seconds per step spent in the agent's calls (the body not counted)."""
-    times = []
+def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float) -> tuple[list[float], list[bool]]:
+    """Seconds per step spent in the agent's calls (the body not counted), and whether each step
+    copied its CUDA values (agent/sampling.py), so that those steps are told apart from the rest."""
+    times, copied = [], []
+    sampling = agent.sampling
     if body_s <= 0:  # the whole `with` around an empty body, as the earlier figures were taken
         for _ in range(steps):
+            copies = sampling.copies
             started = time.perf_counter()
             with agent.step(samples=256) as step:
                 step.loss = loss
             times.append(time.perf_counter() - started)
-        return times
+            copied.append(sampling.copies != copies)
+        return times, copied
     for _ in range(steps):
+        copies = sampling.copies
         started = time.perf_counter()
         context = agent.step(samples=256)
         step = context.__enter__()
@@ -92,7 +97,18 @@ def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float) -> 
         step.loss = loss
         context.__exit__(None, None, None)
         times.append(begun - started + time.perf_counter() - ending)
-    return times
+        copied.append(sampling.copies != copies)
+    return times, copied
+
+
+def spread_us(times: list[float]) -> dict:
+    """Count, median, mean, p99 and max of some steps' times, in µs (None when there are none)."""
+    if not times:
+        return {"count": 0, "median_us": None, "mean_us": None, "p99_us": None, "max_us": None}
+    ordered = sorted(times)
+    return {"count": len(ordered), "median_us": statistics.median(ordered) * 1e6,
+            "mean_us": statistics.fmean(ordered) * 1e6, "p99_us": ordered[int(0.99 * len(ordered))] * 1e6,
+            "max_us": ordered[-1] * 1e6}
 
 
 def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespace,
@@ -108,7 +124,7 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
         wait_until(lambda: agent.sender.connects >= 1, 30, "the agent to connect")
     if profile is not None:
         profile.enable()
-    times = timed_steps(agent, steps, loss, args.body_us * 1e-6)
+    times, copied = timed_steps(agent, steps, loss, args.body_us * 1e-6)
     if profile is not None:
         profile.disable()
     if loss.device.type == "cuda":
@@ -119,11 +135,15 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
     received = None
     if address != ABSENT:  # the hub got the steps: the connected case really was connected
         received = wait_until(lambda: hub_steps(address) == last_step, 30) and last_step
+    times_in_order = list(times)
     times.sort()
     return {"mean_us": statistics.fmean(times) * 1e6, "median_us": statistics.median(times) * 1e6, "p90_us": times[int(0.90 * len(times))] * 1e6,
             "p99_us": times[int(0.99 * len(times))] * 1e6, "max_us": times[-1] * 1e6,
             "connects": connects, "dropped": dropped, "hub_last_step": received, "steps": steps,
-            "device_copies": copies}
+            "device_copies": copies,
+            # the steps that copied CUDA values and the others apart: which of them makes the tail
+            "copying_steps": spread_us([t for t, c in zip(times_in_order, copied, strict=True) if c]),
+            "other_steps": spread_us([t for t, c in zip(times_in_order, copied, strict=True) if not c])}
 
 
 def top_functions(stats: pstats.Stats, count: int = 12) -> list[dict]:
@@ -139,7 +159,11 @@ def summary(runs: list[dict]) -> dict:
             "median_us": statistics.median(r["median_us"] for r in runs),
             "p99_us": statistics.median(r["p99_us"] for r in runs),
             "median_us_range": [min(r["median_us"] for r in runs), max(r["median_us"] for r in runs)],
-            "p99_us_range": [min(r["p99_us"] for r in runs), max(r["p99_us"] for r in runs)]}
+            "p99_us_range": [min(r["p99_us"] for r in runs), max(r["p99_us"] for r in runs)],
+            "other_steps_mean_us": statistics.median(r["other_steps"]["mean_us"] for r in runs),
+            "other_steps_p99_us": statistics.median(r["other_steps"]["p99_us"] for r in runs),
+            "copying_steps_mean_us": statistics.median(m for r in runs if (m := r["copying_steps"]["mean_us"]) is not None)
+            if any(r["copying_steps"]["count"] for r in runs) else None}
 
 
 def machine() -> dict:
