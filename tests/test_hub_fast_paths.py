@@ -4,6 +4,7 @@ fields against the check of every field, and snapshot rows built without datacla
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from typing import Any
 
@@ -18,7 +19,8 @@ from gpumix.wire.protocol import ProtocolError, number
 from gpumix.wire.snapshot_types import AMP_DTYPES
 
 # what a field of a hostile or sloppy agent may hold: absent, null, in and out of range, mistyped
-ODD_VALUES: list[Any] = [None, 0, 1, -1, 0.5, 1e12, -1e31, 1e31, True, "1", [], {}, 2**60, 1e-7]
+ODD_VALUES: list[Any] = [None, 0, 1, -1, 0.5, 1e12, -1e31, 1e31, True, False, "1", [], {}, 2**60, 1e-7,
+                         float("nan"), float("inf"), -float("inf"), 2**1100, -(2**1100)]
 
 
 def parse_step_checking_every_field(message: dict[str, Any]) -> dict[str, Any]:
@@ -60,9 +62,15 @@ def test_parse_step_matches_the_check_of_every_field_on_random_messages() -> Non
             message["amp_dtype"] = rng.choice([None, "bf16", "fp8", 3])
         new, old = outcome(parse_step, message), outcome(parse_step_checking_every_field, message)
         assert new == old, message
+        assert repr(new) == repr(old), message  # the same types too: an int field read as a float
         refused += isinstance(new, tuple)
         kept += not isinstance(new, tuple)
     assert refused > 100 and kept > 100  # both outcomes were exercised
+
+
+def test_the_step_ranges_are_finite() -> None:
+    """parse_step's one-test path relies on it: with finite bounds a NaN or an inf is out of range."""
+    assert all(math.isfinite(low) and math.isfinite(high) for low, high in STEP_RANGES.values())
 
 
 def test_plain_is_asdict_for_every_record_a_snapshot_carries(demo_hardware: Hardware) -> None:

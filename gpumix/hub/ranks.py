@@ -135,11 +135,17 @@ def parse_step(message: dict[str, Any]) -> dict[str, Any]:
         step["step_time_s"] = None
     for key, (low, high) in STEP_RANGES.items():
         value = message.get(key)
-        if value is not None:  # most fields are absent: only a present one pays the full check
-            value = number(message, key)
-            if not low <= value <= high:  # type: ignore[operator]
-                rejected.append(key)
-                value = None
+        if value is not None:  # most fields are absent: only a present one pays a check
+            kind = type(value)
+            # the usual value, a float or int in range, in one test: the bounds are finite, so NaN and
+            # inf fail it (and bool is no int here); anything else takes number()'s full check
+            if (kind is float or kind is int) and low <= value <= high:
+                value = value if kind is float else float(value)
+            else:
+                value = number(message, key)
+                if not low <= value <= high:  # type: ignore[operator]
+                    rejected.append(key)
+                    value = None
         step[key] = value
     dtype = message.get("amp_dtype")
     if dtype is not None and dtype not in AMP_DTYPES:
