@@ -171,20 +171,35 @@ class Agent:
 
     # -- the sender thread's side ----------------------------------------------------
 
-    def _collect(self, final: bool = False) -> list[dict[str, Any]]:
+    def _collect(self, final: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
         """The messages of the steps ready to go, oldest first (called on the sender thread only).
         A step is ready once a newer one ended and its CUDA values are computed, or MAX_DEFERRED_STEPS
-        newer steps ended. final: every step, the last one too, CUDA values waited for."""
+        newer steps ended. final: every step, the last one too, CUDA values waited for. limit: at most
+        this many (the sender builds a backlog in pieces, handing the GIL back between them)."""
         if self._steps_device is not None and not self._sender_on_device:
             self._sender_on_device = use_device(self._steps_device)
         ring, messages = self._ring, []
-        while (record := ring.oldest(keep=0 if final else 1)) is not None:
+        shared: dict[str, Any] | None = None
+        while (limit is None or len(messages) < limit) and (record := ring.oldest(keep=0 if final else 1)) is not None:
             newer = ring.written - 1 - ring.taken
-            if not final and newer <= MAX_DEFERRED_STEPS and not computed(getattr(record, name, None) for name in RECORD_NUMBERS):
+            # only a step due to copy holds CUDA values (agent/sampling.py): the others are ready as they are
+            if not final and record.device_due and newer <= MAX_DEFERRED_STEPS and \
+                    not computed(getattr(record, name) for name in RECORD_NUMBERS):
                 break  # in order: the later steps wait behind it
             ring.take()
-            messages.append(self._message(record, wait=final))
+            if shared is None:
+                shared = self._shared_fields()
+            messages.append(self._message(record, wait=final, shared=shared))
         return messages
+
+    def _shared_fields(self) -> dict[str, Any]:
+        """The fields every step collected together carries alike, read once per collection: the
+        settings, the drop count, the allocator's and the process's figures (read once a second)."""
+        shared = {name: getattr(self, name) for name in SETTINGS}
+        shared["dropped"] = self.dropped
+        shared.update(self._figures.gpu_memory())
+        shared.update(self._figures.process())
+        return {key: value for key, value in shared.items() if value is not None}
 
     @property
     def dropped(self) -> int:
@@ -251,29 +266,33 @@ class Agent:
         """Set by watch_model: the devices of a DataParallel wrapper."""
         return self._dp_devices
 
-    def _message(self, record: StepRecord, wait: bool = False) -> dict[str, Any]:
+    def _message(self, record: StepRecord, wait: bool = False, shared: dict[str, Any] | None = None) -> dict[str, Any]:
         """The step's message for the hub (StepMessage), on the sender thread. wait: CUDA values are
-        waited for (at close only)."""
+        waited for (at close only). shared: _shared_fields(), when the caller read it already."""
         for probe in self.phase_probes:  # the framework's own split, where the script set none
             for name, value in probe().items():
                 if name in RECORD_NUMBERS and getattr(record, name, None) is None:
                     setattr(record, name, self._number(name, value))
         message: dict[str, Any] = {"type": "step", "step": record.index, "step_time_s": record.step_time_s}
+        lazy = record.device_due  # only a step due to copy may hold a LazyScalar (agent/sampling.py)
         for name in RECORD_NUMBERS:
-            message[name] = read(getattr(record, name, None), wait)
-        if message.get("comm_s") is None and "comm_s" in RECORD_NUMBERS:
-            message["comm_s"] = read(self._number("comm_s", self._comm_seconds(record.index)))
-        for name in SETTINGS:
-            message[name] = getattr(self, name)
+            value = getattr(record, name)
+            if lazy and value is not None:
+                value = read(value, wait)
+            if value is not None:
+                message[name] = value
+        if "comm_s" not in message and self.comm_probes:
+            comm_s = read(self._number("comm_s", self._comm_seconds(record.index)))
+            if comm_s is not None:
+                message["comm_s"] = comm_s
+        message.update(self._shared_fields() if shared is None else shared)
         message["t"] = record.end_s + self._wall_offset_s if record.end_s is not None else time.time()
-        message["data_wait_s"] = record.data_wait_s
-        message["dropped"] = self.dropped
+        if record.data_wait_s is not None:
+            message["data_wait_s"] = record.data_wait_s
         loss_scale = message.pop("loss_scale", None)
         if self._amp is not None:  # the scale goes with the amp fields, after its finiteness check
-            message.update(self._amp.fields(loss_scale))
-        message.update(self._figures.gpu_memory())
-        message.update(self._figures.process())
-        return {key: value for key, value in message.items() if value is not None}
+            message.update((key, value) for key, value in self._amp.fields(loss_scale).items() if value is not None)
+        return message
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Collect every step (the last one too) and send what is queued, then stop the sender."""

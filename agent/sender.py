@@ -26,10 +26,19 @@ BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
 PERIOD_S = 0.1  # how often the ready steps are collected and sent: ten wake-ups a second, not one a step
 BATCH_MESSAGES = 64  # messages per write
+# The ready steps are built, encoded and written in pieces, with a pause between two pieces: while this
+# thread holds the GIL, a training thread that released it (a torch call, the CUDA copy of a step)
+# waits to get it back, up to sys.getswitchinterval() (5 ms) when the work is long. A pause of a real
+# length hands it over (time.sleep(0) mostly takes it straight back); the training thread then waits
+# for one piece at most (32 steps: ~0.3 ms on an H200 host's core). At most PIECES_PER_WAKE pieces a
+# wake-up: fast steps make larger pieces, not more pauses, so that a wake-up stays well within PERIOD_S.
+PIECE_MESSAGES = 32
+PIECES_PER_WAKE = 8
+PIECE_PAUSE_S = 0.0002
 
-# collect(final) -> the messages of the steps ready now; final: every step, the last one included.
-# pending() -> the steps not collected yet (the newest among them).
-Collect = Callable[[bool], list[dict[str, Any]]]
+# collect(final, limit) -> the messages of the steps ready now, at most limit (None: all);
+# final: every step, the last one included. pending() -> the steps not collected yet (the newest among them).
+Collect = Callable[[bool, "int | None"], list[dict[str, Any]]]
 
 
 def _closed_by_hub(sock: socket.socket) -> bool:
@@ -47,7 +56,7 @@ class Sender:
                  period_s: float = PERIOD_S) -> None:
         self.address = address
         self._hello = hello
-        self._collect_steps = collect or (lambda final: [])
+        self._collect_steps = collect or (lambda final, limit: [])
         self._steps_pending = pending or (lambda: 0)
         self.period_s = period_s
         self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_messages)
@@ -84,11 +93,28 @@ class Sender:
         self.connects += 1
         return sock
 
-    def _collect(self, final: bool) -> None:
-        for message in self._collect_steps(final):
+    def _collect(self, final: bool, limit: int | None = None) -> int:
+        """Queue the ready steps' messages (at most limit); how many there were."""
+        messages = self._collect_steps(final, limit)
+        for message in messages:
             if len(self._queue) == self._queue.maxlen:
                 self.dropped += 1
             self._queue.append(message)
+        return len(messages)
+
+    def _pump(self, sock: socket.socket, closing: bool) -> None:
+        """Collect and send the ready steps piece by piece, pausing between pieces (PIECE_MESSAGES)."""
+        piece = max(PIECE_MESSAGES, -(-self._steps_pending() // PIECES_PER_WAKE))
+        while True:
+            collected = self._collect(final=closing, limit=piece)
+            while self._queue and not self._past_deadline():
+                self._send_batch(sock)
+            if collected < piece or self._past_deadline():
+                return
+            time.sleep(PIECE_PAUSE_S)
+
+    def _past_deadline(self) -> bool:
+        return self._closing.is_set() and time.monotonic() >= self._deadline
 
     def _send_batch(self, sock: socket.socket) -> None:
         batch = [self._queue[i] for i in range(min(BATCH_MESSAGES, len(self._queue)))]
@@ -123,9 +149,7 @@ class Sender:
                 if sock is None:
                     sock = self._connect()
                     backoff = BACKOFF_START_S
-                self._collect(final=closing)
-                while self._queue and not (closing and time.monotonic() >= self._deadline):
-                    self._send_batch(sock)
+                self._pump(sock, closing)
             except (OSError, ValueError, IndexError):
                 # hub absent, gone, stopped or slow: drop the connection, retry later
                 if sock is not None:

@@ -50,13 +50,15 @@ def coerce(value: Any, pinned: PinnedPool | None, average: bool = False) -> Coer
 
 
 def _tensor(value: Any, torch: Any, pinned: PinnedPool | None, average: bool) -> Coerced:
-    if value.dtype == torch.bool or value.is_complex():
-        raise NotANumber(f"a {value.dtype} tensor")
-    if value.numel() != 1 and not average:
-        raise NotANumber(f"a tensor of {value.numel()} elements")
+    dtype = value.dtype  # its attributes, not is_complex(): an operator call releases the GIL, and a
+    if dtype == torch.bool or dtype.is_complex:  # thread waiting for it (the sender) then holds it
+        raise NotANumber(f"a {dtype} tensor")
+    elements = value.numel()
+    if elements != 1 and not average:
+        raise NotANumber(f"a tensor of {elements} elements")
     if value.device.type == "cuda" and pinned is not None:
         return LazyScalar(value, pinned)  # read once computed: .item() now would wait for the GPU
-    if value.numel() != 1:
+    if elements != 1:
         return float(value.detach().float().mean())
     return _plain(value.item(), "tensor")
 

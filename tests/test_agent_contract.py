@@ -97,9 +97,9 @@ def test_steps_are_built_into_messages_on_the_sender_thread(hub_socket, monkeypa
     built_on: set[str] = set()
     original = Agent._message
 
-    def noting(self: Agent, record: core.StepRecord, wait: bool = False) -> dict:
+    def noting(self: Agent, record: core.StepRecord, wait: bool = False, shared: dict | None = None) -> dict:
         built_on.add(threading.current_thread().name)
-        return original(self, record, wait)
+        return original(self, record, wait, shared)
 
     monkeypatch.setattr(Agent, "_message", noting)
     agent = Agent(socket_path, job="threads")
