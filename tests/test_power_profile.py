@@ -25,7 +25,7 @@ from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
 from gpumix.hub.server import HubServer
 from gpumix.power.budget import gpu_power_from_snapshot
 from gpumix.power.caps import audit_log_path
-from gpumix.power.profile import ProfileError, Profiler
+from gpumix.power.profile import ProfileError, Profiler, profile_steps
 from tests.conftest import ManualClock
 from tests.waiting import wait_until
 
@@ -76,9 +76,25 @@ def test_dry_run_prints_the_steps_and_changes_nothing(hub_socket: tuple[Hub, str
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["applied"] is False and plan["gpus"] == list(THE_3090S)
-    # three steps of 10 % of the 3090's 100-400 W range below its 350 W cap
-    assert [step["caps_w"]["3"] for step in plan["steps"]] == [320, 290, 260]
+    # four steps of 10 % of the 3090's 350 W default limit below its 350 W cap
+    assert [step["caps_w"]["3"] for step in plan["steps"]] == [315, 280, 245, 210]
     assert caps(hub) == before and audit_lines() == []
+
+
+def card(index: int, cap_w: float, default_w: float | None, min_w: float, max_w: float) -> dict[str, Any]:
+    return {"index": index, "power_cap_w": cap_w, "power_limit_default_w": default_w,
+            "power_limit_min_w": min_w, "power_limit_max_w": max_w}
+
+
+def test_the_default_steps_reach_where_the_fit_cuts_on_narrow_and_wide_ranges() -> None:
+    # Steps are shares of the default limit: a 5070 Ti (250-350 W range, 300 W default) reaches its
+    # minimum, where shares of its narrow range held it at 270 W; a 4090 (150-600 W, 450 W) reaches 270 W
+    # (the oracle's caps for both in the simulated world: 250-261 W and 250-266 W, docs/power.md).
+    steps = profile_steps([card(0, 300, 300, 250, 350), card(1, 450, 450, 150, 600)], 4, 0.10)
+    assert [step[0] for step in steps] == [270, 250, 250, 250]
+    assert [step[1] for step in steps] == [405, 360, 315, 270]
+    # a card that reports no default limit steps in shares of its cap now; never below its minimum
+    assert [step[2] for step in profile_steps([card(2, 200, None, 100, 250)], 4, 0.25)] == [150, 100]
 
 
 def test_completion_restores_the_caps_and_the_fit_learns_the_tier(demo_node: Node) -> None:

@@ -72,7 +72,7 @@ def add_profile_flags(parser: argparse.ArgumentParser, nested: bool = False) -> 
     parser.add_argument("--steps", type=at_most(positive_int, profile.MAX_STEPS), **default,
                         help=f"with profile: cap steps down (default {profile.DEFAULT_STEPS})")
     parser.add_argument("--step-pct", type=at_most(positive_float, 100 * profile.MAX_STEP_SHARE), metavar="PERCENT",
-                        **default, help="with profile: each step, this share of the card's range in %%"
+                        **default, help="with profile: each step, this share of the card's default limit in %%"
                                         f" (default {100 * profile.DEFAULT_STEP_SHARE:g})")
     parser.add_argument("--hold", type=at_most(positive_float, profile.MAX_HOLD_S), metavar="SECONDS", **default,
                         help=f"with profile: each step held this long (default {profile.DEFAULT_HOLD_S:g})")

@@ -1,7 +1,11 @@
 """`gpumix power profile TIER`: step one tier's caps down while training runs, measure, restore.
 
-Opt-in, and bounded: at most MAX_STEPS steps, each at most MAX_STEP_SHARE of the card's settable
-range below the cap before it, never below the card's minimum, each held `hold_s`. Every cap change
+Opt-in, and bounded: at most MAX_STEPS steps, each at most MAX_STEP_SHARE of the card's default
+limit below the cap before it, never below the card's minimum, each held `hold_s`. Steps are shares of
+the default limit, not of the settable range: speed under a cap follows the cap's share of the default
+limit (the prior's (cap/default)^0.25, the published curves), so equal shares sample the same part of
+every card's curve. Shares of the range stepped a 5070 Ti (250-350 W) 10 W at a time and a 4090
+(150-600 W) 45 W: neither reached the caps the fit picks (docs/power.md, "Against an oracle"). Every cap change
 goes through the hub's power control (checked, audit-logged, refused for a read-only client), and
 the original caps are put back on completion, on an error, on SIGINT/SIGTERM (the CLI turns them into
 exceptions) and when the hub stops answering (retried until it answers again, for at most
@@ -22,8 +26,8 @@ from typing import Any
 from gpumix.wire.snapshot_types import Snapshot, Source
 
 MAX_STEPS = 5
-MAX_STEP_SHARE = 0.25  # of the card's settable range (max - min), per step
-DEFAULT_STEPS = 3
+MAX_STEP_SHARE = 0.25  # of the card's default power limit, per step
+DEFAULT_STEPS = 4  # 4 x 10 %: down to 60 % of the default limit, where the fit's cuts land (docs/power.md)
 DEFAULT_STEP_SHARE = 0.10
 DEFAULT_HOLD_S = 30.0
 MAX_HOLD_S = 600.0
@@ -79,16 +83,17 @@ def tier_gpus(snapshot: Snapshot, tier: str) -> tuple[str, list[dict[str, Any]]]
 
 
 def profile_steps(gpus: list[dict[str, Any]], steps: int, share: float) -> list[dict[int, float]]:
-    """The caps of each step: step k is k x share of each card's range below its cap now, at least
-    its minimum (whole watts, rounded down). Steps that change nothing more are left out."""
+    """The caps of each step: step k is k x share of each card's default limit (its cap now where it
+    reports none) below its cap now, at least its minimum (whole watts, rounded down). Steps that
+    change nothing more are left out."""
     if not 1 <= steps <= MAX_STEPS:
         raise ProfileError(f"--steps {steps}: must be 1 to {MAX_STEPS}")
     if not (math.isfinite(share) and 0 < share <= MAX_STEP_SHARE):
-        raise ProfileError(f"--step-pct {100 * share:g}: must be above 0 and at most {100 * MAX_STEP_SHARE:g} % of the range")
+        raise ProfileError(f"--step-pct {100 * share:g}: must be above 0 and at most {100 * MAX_STEP_SHARE:g} %"
+                           " of the default limit")
     plan: list[dict[int, float]] = []
     for k in range(1, steps + 1):
-        caps = {g["index"]: max(g["power_limit_min_w"], math.floor(g["power_cap_w"] - k * share
-                                                                    * (g["power_limit_max_w"] - g["power_limit_min_w"])))
+        caps = {g["index"]: max(g["power_limit_min_w"], math.floor(g["power_cap_w"] - k * share * _default_w(g)))
                 for g in gpus}
         if plan and caps == plan[-1]:
             break
@@ -96,6 +101,13 @@ def profile_steps(gpus: list[dict[str, Any]], steps: int, share: float) -> list[
             raise ProfileError("the tier's cards are at their minimum caps already: nothing to step down")
         plan.append(caps)
     return plan
+
+
+def _default_w(gpu: dict[str, Any]) -> float:
+    """The card's default power limit; its cap now where it does not report one (or reports nonsense)."""
+    default_w = gpu.get("power_limit_default_w")
+    ok = isinstance(default_w, int | float) and math.isfinite(default_w) and default_w > 0
+    return float(default_w) if ok else float(gpu["power_cap_w"])
 
 
 def measure(snapshot: Snapshot, gpus: list[dict[str, Any]], caps_w: dict[int, float]) -> dict[str, Any]:
