@@ -22,6 +22,7 @@ from typing import Any
 from gpumix.agent import identity, launcher_env
 from gpumix.agent.amp import AmpWatch
 from gpumix.agent.lazy import LazyScalar, PinnedPool, computed, initialized_device, use_device
+from gpumix.agent.pinned_block import pinned_block
 from gpumix.agent.process_figures import ProcessFigures
 from gpumix.agent.restart import RestartControl, load_run_plan
 from gpumix.agent.sampling import DeviceSampling
@@ -178,6 +179,8 @@ class Agent:
         this many (the sender builds a backlog in pieces, handing the GIL back between them)."""
         if self._steps_device is not None and not self._sender_on_device:
             self._sender_on_device = use_device(self._steps_device)
+            # the pinned buffers in one allocation, made here: the training thread's copies allocate none
+            self._pinned = pinned_block(sys.modules["torch"], self._pinned)
         ring, messages = self._ring, []
         shared: dict[str, Any] | None = None
         while (limit is None or len(messages) < limit) and (record := ring.oldest(keep=0 if final else 1)) is not None:
