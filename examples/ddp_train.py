@@ -4,7 +4,8 @@
     # a GeForce box without P2P: NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1 torchrun ...
     # with --nccl-probe, the agent reports which rank pairs NCCL connects through SHM (host memory)
 
-Runs on CPU with gloo where there is no GPU.
+Runs on CPU with gloo where there is no GPU (or with --device cpu); --backend picks the process
+group's backend (default: nccl with CUDA, else gloo).
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ def main() -> None:
     parser.add_argument("--no-agent", action="store_true", help="the same job without gpumix (for overhead runs)")
     parser.add_argument("--warmup", type=int, default=10, help="steps before --timing-out starts its clock")
     parser.add_argument("--timing-out", metavar="FILE", help="rank 0 writes the seconds per step after warm-up")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                        help="where the model runs (default: cuda when there is one)")
+    parser.add_argument("--backend", choices=("nccl", "gloo"), help="default: nccl with CUDA, else gloo")
     args = parser.parse_args()
-    cuda = torch.cuda.is_available()
+    cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     probe_log = nccl_probe.prepare() if args.nccl_probe and cuda else None  # before the process group
     if cuda:
         torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl" if cuda else "gloo")
+    dist.init_process_group(args.backend or ("nccl" if cuda else "gloo"))
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -70,11 +74,14 @@ def main() -> None:
             nccl_probe.report(agent, probe_log)  # the communicator exists after the first all-reduce
     if cuda:
         torch.cuda.synchronize()
-    if args.timing_out and dist.get_rank() == 0 and started is not None:
-        seconds = (time.perf_counter() - started) / (args.steps - args.warmup)
+    seconds = (time.perf_counter() - started) / (args.steps - args.warmup) if started is not None else None
+    gpumix.agent.stop()  # sends what is queued: the counts below are final
+    if args.timing_out and dist.get_rank() == 0 and seconds is not None:
+        timing = {"seconds_per_step": seconds, "steps": args.steps - args.warmup, "agent": not args.no_agent,
+                  "device": device.type, "backend": dist.get_backend(),
+                  "agent_connects": agent.sender.connects if agent else None, "agent_sent": agent.sender.sent if agent else None}
         with open(args.timing_out, "w") as out:
-            json.dump({"seconds_per_step": seconds, "steps": args.steps - args.warmup, "agent": not args.no_agent}, out)
-    gpumix.agent.stop()
+            json.dump(timing, out)
     dist.destroy_process_group()
 
 
