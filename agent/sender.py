@@ -3,8 +3,8 @@
 The training thread never wakes it: it puts each ended step in the agent's ring (agent/step_ring.py)
 and goes on. Every PERIOD_S, while a hub is connected, this thread takes the ready steps through
 `collect` (which builds their messages: CUDA values read, allocator and process figures), queues them
-(bounded, drop-oldest, counted) and sends them in batches of one write. With no hub it backs off and
-reconnects, and builds nothing: steps wait in the ring, the oldest overwritten once it is full.
+(bounded, drop-oldest, counted) and sends them in batches of one write, piece by piece (_pump).
+With no hub it backs off and reconnects, and builds nothing: steps wait in the ring, the oldest overwritten once it is full.
 Nothing here can raise into, block, or grow inside the training loop.
 """
 
@@ -30,7 +30,7 @@ BATCH_MESSAGES = 64  # messages per write
 # thread holds the GIL, a training thread that released it (a torch call, the CUDA copy of a step)
 # waits to get it back, up to sys.getswitchinterval() (5 ms) when the work is long. A pause of a real
 # length hands it over (time.sleep(0) mostly takes it straight back); the training thread then waits
-# for one piece at most (32 steps: ~0.3 ms on an H200 host's core). At most PIECES_PER_WAKE pieces a
+# for one piece at most (32 steps' messages built, encoded and written). At most PIECES_PER_WAKE pieces a
 # wake-up: fast steps make larger pieces, not more pauses, so that a wake-up stays well within PERIOD_S.
 PIECE_MESSAGES = 32
 PIECES_PER_WAKE = 8
