@@ -1,6 +1,7 @@
 """The hub reads an agent's socket in batches (issue 13): after a message it leaves the socket alone
-for agent_read_pause_s, so the frames written meanwhile reach it in few reads, not one read a write;
-every step still arrives, in order, and a bye still ends the rank."""
+until the next round of agent_read_pause_s (a multiple of it on the loop's clock), so the frames
+written meanwhile reach it in few reads, not one read a write; every step still arrives, in order,
+and a bye still ends the rank. tests/test_hub_read_rounds.py drives the rounds by hand."""
 
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def send_steps_one_write_each(hub: Hub, server: HubServer) -> socket.socket:
 def test_frames_written_during_the_pause_arrive_in_few_reads(served: tuple[Hub, HubServer], reads: list[int]) -> None:
     hub, server = served
     server.agent_read_pause_s = 5.0  # far longer than the writes take (0.2 s and a little)
+    # start early in a round (the loop's clock is time.monotonic): the next one is >= 3 s away
+    while not 0.2 <= time.monotonic() % 5.0 <= 2.0:
+        time.sleep(0.05)
     sock = send_steps_one_write_each(hub, server)
     reads_before = len(reads)
     server.agent_read_pause_s = 0.0  # the next pause (if any) is the last one that holds frames back

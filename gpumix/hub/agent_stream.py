@@ -10,9 +10,12 @@ Nothing changes for the peer: frames count in order, those before a bad frame in
 closes the connection (with its reason, through the stream put back); a `bye` ends it and what
 follows it is not read.
 
-The reads may also pause after each one (GPUMIX_HUB_AGENT_READ_PAUSE_S, off by default), so the
-frames written meanwhile wait in the kernel and come in one read: steps then show up to the pause late,
-an exiting rank's last ones too.
+The reads may also come in rounds (GPUMIX_HUB_AGENT_READ_PAUSE_S = P seconds, off by default): after a
+read an agent's socket is left alone until the next multiple of P on the loop's clock (ReadRounds), when
+every socket held meanwhile is read again. The frames written in between wait in the kernel and come in
+one read, and the rounds are the same for every agent, so ten ranks' writes cost the loop one wake-up a
+round, not one each (issue 13: the wake-up was most of the hub's CPU per rank). Steps then show up to P
+late, an exiting rank's last ones too.
 
 What it may import: the hub's connections and ranks, gpumix.wire.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -33,9 +37,10 @@ from gpumix.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 
-READ_BYTES = 1 << 16  # a read size for tests; the buffer holds at most one incomplete frame besides a read
+READ_BYTES = 1 << 16  # the most one read takes; the cutter holds at most one incomplete frame besides a read
 AGENT_READ_PAUSE_ENV = "GPUMIX_HUB_AGENT_READ_PAUSE_S"
 MAX_AGENT_READ_PAUSE_S = 5.0
+IDLE_ROUNDS = 10  # empty rounds in a row before an agent's socket is left reading (ReadRounds)
 
 
 def agent_read_pause_s(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
@@ -85,6 +90,65 @@ class FrameCutter:
             del buffer[:start]
 
 
+class ReadRounds:
+    """Agents' sockets read in shared rounds. `hold` pauses a socket after a read until the next
+    multiple of the period on the loop's clock; then one timer resumes every held socket, the loop's
+    next pass reads those with frames waiting (all in one wake-up), and the pass after pauses again
+    those that had none: an agent writing every period (agent/sender.py) would otherwise write just
+    after its round and wake the loop alone. A socket empty for IDLE_ROUNDS rounds in a row is left
+    reading, so an idle agent costs no work per round. One per event loop (HubServer)."""
+
+    def __init__(self, idle_rounds: int = IDLE_ROUNDS) -> None:
+        self.idle_rounds = idle_rounds
+        # where every agent connection on this loop reads into (AgentProtocol.get_buffer): one read at a
+        # time on a loop, each handled before the next
+        self.read_buffer = memoryview(bytearray(READ_BYTES))
+        self._held: dict[asyncio.ReadTransport, int] = {}  # -> empty rounds in a row
+        self._checking: dict[asyncio.ReadTransport, int] = {}  # resumed this round, to pause if still empty
+        self._timer: asyncio.TimerHandle | None = None
+        self._due_s = math.inf
+        self._period_s = 0.0
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def hold(self, transport: asyncio.ReadTransport, period_s: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Pause `transport`, just read, until the next round of `period_s` (> 0): at most that long."""
+        transport.pause_reading()
+        self._held[transport] = 0
+        self._schedule(period_s, loop)
+
+    def _schedule(self, period_s: float, loop: asyncio.AbstractEventLoop) -> None:
+        self._period_s = period_s
+        # a read just after a round (its timer may fire a clock tick early) waits for the next one
+        due_s = (math.floor(loop.time() / period_s + 1e-6) + 1) * period_s
+        if due_s < self._due_s:  # none due yet, or the period was made shorter
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._due_s = loop.call_at(due_s, self._release, loop), due_s
+
+    def _release(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer, self._due_s = None, math.inf
+        self._checking, self._held = self._held, {}
+        for transport in self._checking:
+            if not transport.is_closing():
+                transport.resume_reading()
+        # two passes on: after the next pass's reads (its ready sockets are queued behind this callback)
+        loop.call_soon(loop.call_soon, self._close_round, loop)
+
+    def _close_round(self, loop: asyncio.AbstractEventLoop) -> None:
+        checking, self._checking = self._checking, {}
+        for transport, empty in checking.items():
+            # closed; read this round (and held again); or idle long enough to wake the loop itself
+            if transport.is_closing() or not transport.is_reading() or empty + 1 >= self.idle_rounds:
+                continue
+            transport.pause_reading()
+            self._held[transport] = empty + 1
+        if self._held:
+            self._schedule(self._period_s, loop)
+
+
 class StepSink(Protocol):
     """What an agent's stream feeds (the Hub)."""
 
@@ -119,16 +183,22 @@ def handle_frames(hub: StepSink, key: Any, bodies: Iterator[bytearray]) -> bool:
     return False
 
 
-class AgentProtocol(asyncio.Protocol):
+class AgentProtocol(asyncio.BufferedProtocol):
     """Installed on an agent's transport after its hello: each read's frames are handled in the loop's
     read callback. `done` ends with None (a bye) or the connection's end: IncompleteReadError (EOF),
-    Silent (idle, or the kernel's keepalive gave up), ProtocolError, or whatever handling raised."""
+    Silent (idle, or the kernel's keepalive gave up), ProtocolError, or whatever handling raised.
+
+    A buffered protocol: the transport reads into the loop's one buffer (ReadRounds.read_buffer). A
+    plain protocol is handed a new bytes object each read, and asyncio's selector transport allocates
+    256 KiB for it (recv(max_size)): about 80 us a read on the 2-core box, measured, against 10 us for
+    recv_into a buffer kept; it was most of the hub's CPU per step (issue 13)."""
 
     def __init__(self, hub: StepSink, key: Any, transport: asyncio.BaseTransport, original: asyncio.BaseProtocol,
-                 idle_timeout_s: float, pause_s: Callable[[], float]) -> None:
+                 idle_timeout_s: float, pause_s: Callable[[], float], rounds: ReadRounds | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._hub, self._key, self._transport, self._original = hub, key, transport, original
         self._idle_timeout_s, self._pause_s = idle_timeout_s, pause_s
+        self._rounds = rounds if rounds is not None else ReadRounds()  # the server shares one among agents
         self._pausable = isinstance(transport, asyncio.ReadTransport)
         self._cutter = FrameCutter()
         self.done: asyncio.Future[None] = self._loop.create_future()
@@ -136,15 +206,21 @@ class AgentProtocol(asyncio.Protocol):
         # one timer for the idle timeout, moved on only when it fires: none set and cancelled per read
         self._timer = self._loop.call_at(self._last_read_s + idle_timeout_s, self._check_idle)
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._rounds.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._rounds.read_buffer[:nbytes]))  # the cutter keeps what it needs
+
     def data_received(self, data: bytes) -> None:
+        """A read's bytes (also the frames that came with the hello, and tests' bytes)."""
         if self.done.done():
             return  # after a bye or an error: what follows is not read (the old reader stopped there)
         self._last_read_s = self._loop.time()
         pause = self._pause_s()
         if pause > 0 and self._pausable and self._transport.is_reading():  # type: ignore[attr-defined]
-            # the frames of this read are handled below; the next ones wait in the kernel's buffer
-            self._transport.pause_reading()  # type: ignore[attr-defined]
-            self._loop.call_later(pause, self._transport.resume_reading)  # type: ignore[attr-defined]
+            # the frames of this read are handled below; the next ones wait in the kernel until the round
+            self._rounds.hold(self._transport, pause, self._loop)  # type: ignore[arg-type]
         try:
             if handle_frames(self._hub, self._key, self._cutter.frames(data)):
                 self._end(None)
@@ -186,12 +262,12 @@ class AgentProtocol(asyncio.Protocol):
 
 
 async def serve_agent(reader: asyncio.StreamReader, hub: StepSink, key: Any, transport: asyncio.BaseTransport,
-                      idle_timeout_s: float, pause_s: Callable[[], float]) -> None:
+                      idle_timeout_s: float, pause_s: Callable[[], float], rounds: ReadRounds | None = None) -> None:
     """Feed the hub from this agent's frames until its bye, or raise how the connection ended (see
-    AgentProtocol). `pause_s` is read at each read. The stream's own protocol is put back before
-    returning, so a refusal can still be told through `reader` (connections.tell)."""
+    AgentProtocol). `pause_s` is read at each read; `rounds` the server's ReadRounds. The stream's own
+    protocol is put back before returning, so a refusal can still be told through `reader` (connections.tell)."""
     original = transport.get_protocol()
-    stream = AgentProtocol(hub, key, transport, original, idle_timeout_s, pause_s)
+    stream = AgentProtocol(hub, key, transport, original, idle_timeout_s, pause_s, rounds)
     # the frames that came with the hello wait in the stream's buffer (asyncio has no public call for it)
     leftover = bytes(reader._buffer)
     reader._buffer.clear()

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumix.hub.agent_stream import agent_read_pause_s, serve_agent
+from gpumix.hub.agent_stream import ReadRounds, agent_read_pause_s, serve_agent
 from gpumix.hub.connections import (  # noqa: F401  (re-exported: tests and callers import them from here)
     ACCEPT_RETRY_S,
     AGENT_IDLE_TIMEOUT_S,
@@ -89,6 +89,7 @@ class HubServer:
         self.hello_timeout_s = hello_timeout_s
         self.agent_idle_timeout_s = agent_idle_timeout_s
         self.agent_read_pause_s = agent_read_pause_s()  # 0: read each frame as it comes
+        self.read_rounds = ReadRounds()  # with a pause, every agent's reads in the same rounds
         self.client_idle_timeout_s = client_idle_timeout_s
         self.max_unauthenticated = max_unauthenticated
         self.tcp_limit = 0  # set at start from the descriptor limit
@@ -312,7 +313,7 @@ class HubServer:
     async def _serve_agent(self, reader: asyncio.StreamReader, key: RankKey,
                            transport: asyncio.BaseTransport) -> None:
         await serve_agent(reader, self.hub, key, transport, self.agent_idle_timeout_s,
-                          lambda: self.agent_read_pause_s)  # read at each read: tests change it live
+                          lambda: self.agent_read_pause_s, self.read_rounds)  # read at each read: tests change it live
 
     def _refuse(self, request: dict[str, Any], reason: str) -> dict[str, Any]:
         self.log_limiter.warning(f"hub: refused a {request.get('type')} control: {reason}")
