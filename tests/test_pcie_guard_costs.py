@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from typing import Any
 
+import pynvml
 import pytest
 
 from gpumix.hw.nvml_backend import NvmlBackend
@@ -261,3 +262,15 @@ def test_instant_first_pcie_gives_rates_on_the_first_tick_from_parallel_windows(
 def test_without_instant_first_pcie_the_first_tick_has_no_rate(world: World) -> None:
     first = world.tick()
     assert all(sample.pcie_rx_bytes_per_s is None for sample in first)  # the default: no 20 ms window taken
+
+
+def test_a_gpu_without_the_window_keeps_the_guard(window_world: World) -> None:
+    world = window_world
+    world.machine.faults[(GPU, "nvmlDeviceGetPcieThroughput")] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=1.0, pcie_tx_bytes_per_s=FAST, pcie_rx_bytes_per_s=FAST))
+    world.tick()
+    for _ in range(3):  # the window answers nothing once: the guard from then on
+        world.one_tick_with_the_guard()
+    for _ in range(3):
+        busy = world.one_tick_with_the_guard()[GPU]
+        assert busy.pcie_tx_bytes_per_s == pytest.approx(FAST, rel=1e-6)  # not None every tick

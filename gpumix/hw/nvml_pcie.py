@@ -115,23 +115,25 @@ class NvmlPcie:
         counters = self._read_counters(sample.index)
         if counters is None:
             return None, False
+        # the guard where the 20 ms window cannot answer (a GPU without nvmlDeviceGetPcieThroughput)
+        exact = self.exact_pcie or (sample.index, "nvmlDeviceGetPcieThroughput") in self.unsupported
         with self._pcie_lock:
             counters.link_bytes_per_s = link_bytes_per_s
             previous_us = counters.sampled_us
             rates = counters.rates_since_sample()
             unseen = previous_us is not None and counters.timestamp_us is not None and (
                 counters.could_have_wrapped_unseen((counters.timestamp_us - previous_us) / 1e6))
-            if unseen and counters.windowed and not self.exact_pcie:
+            if unseen and counters.windowed and not exact:
                 return None, True  # a busy interval left to the window: its counter step may be aliased
             moving = may_move_data(sample, rates)
             if moving and unseen:
                 # woke up while unwatched: the counters may have wrapped unseen, so no counter rate this tick
                 rates = None
-            counters.guarded = moving and self.exact_pcie
-            counters.windowed = moving and not self.exact_pcie and counters.wraps_soon()
+            counters.guarded = moving and exact
+            counters.windowed = moving and not exact and counters.wraps_soon()
             if counters.guarded and counters.wraps_soon():
                 self._start_pcie_guard()
-        return rates, rates is None and unseen and not self.exact_pcie
+        return rates, rates is None and unseen and not exact
 
     def poll_pcie_counters(self) -> float:
         """One pass of the wrap guard: read the counters of GPUs whose 32-bit counters
