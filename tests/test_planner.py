@@ -23,6 +23,7 @@ from gpumix.plan.planner import (
     plan_to_json,
     predict,
 )
+from gpumix.plan.stairs import with_stairs
 
 GIB = 1024**3
 HUGE_LINK = 1e15  # comm ~ 0: compute alone decides
@@ -199,7 +200,8 @@ def test_plan_invariants(case) -> None:
     if current_fits:
         assert result.proposed.step_time_s <= result.current.step_time_s * (1 + 1e-9)
     # The reported figures are the step model's own for the split reported.
-    again = predict([r.samples for r in result.ranks], measures, comm_model(measures, request))
+    read = with_stairs(measures, request)  # as the planner reads them: stairs learned (plan.stairs)
+    again = predict([r.samples for r in result.ranks], read, comm_model(read, request))
     assert math.isclose(again.step_time_s, result.proposed.step_time_s)
 
 

@@ -13,7 +13,7 @@ extrapolation moves work onto a rank that then paces the step.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -83,3 +83,23 @@ class ComputeCurve:
 def _line(a: tuple[float, float], b: tuple[float, float], samples: float) -> float:
     slope = (b[1] - a[1]) / (b[0] - a[0])
     return a[1] + slope * (samples - a[0])
+
+
+@dataclass(frozen=True)
+class TiledCurve(ComputeCurve):
+    """A compute curve over work rather than samples: `work(n)` says how many samples' worth a
+    count of n computes (its passes padded to whole tiles); `points` are the base's, in work.
+    Continuous shares (and counts not whole) read the base."""
+
+    base: ComputeCurve | None = None
+    work: Callable[[int], int] | None = None
+
+    @classmethod
+    def over(cls, base: ComputeCurve, work: Callable[[int], int]) -> TiledCurve:
+        return cls(base.points, base, work)
+
+    def time_s(self, samples: float) -> float:
+        assert self.base is not None and self.work is not None
+        if samples <= 0 or samples != int(samples):
+            return self.base.time_s(samples)
+        return self.base.time_s(self.work(int(samples)))

@@ -64,6 +64,7 @@ from gpumix.plan.split_types import (
     RankPlan,
     TierAlternative,
 )
+from gpumix.plan.stairs import with_stairs
 
 # The public names, importable from here as before the split into modules.
 __all__ = [
@@ -119,7 +120,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
     """The split for `request`; PlanError (a ValueError, one line) for a request refused."""
     check_request(measures, request)
     deadline = Deadline(time_limit_s)
-    measures = sorted(measures, key=lambda m: m.rank)
+    measures = with_stairs(sorted(measures, key=lambda m: m.rank), request)
     part = [m for m in measures if m.rank not in request.exclude]
     B = request.global_batch
     comm = comm_model(measures, request)
@@ -194,7 +195,7 @@ def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
             continue
         i = by_rank[m.rank]
         n = counts[i]
-        micro, k = factorize(n, caps[i], max_k, request.granularity) or (n, 1)
+        micro, k = factorize(n, caps[i], max_k, m.tile_samples or request.granularity) or (n, 1)
         time_s = m.compute_curve().time_s(n)
         ranks.append(RankPlan(
             rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,

@@ -58,6 +58,9 @@ class RankMeasure:
     # compute seconds at other splits measured before (samples, seconds): the curve's other points
     compute_points: tuple[tuple[int, float], ...] = ()
     compute_point_ages_s: tuple[float | None, ...] = ()  # the points' ages (the hub's age_s); () unknown
+    compute_point_micro_batches: tuple[int | None, ...] = ()  # the points' micro-batches; () unknown
+    tiled_curve: ComputeCurve | None = None  # set by the planner where stairs were learned (plan.stairs)
+    tile_samples: int | None = None  # the tile learned with it
 
     @property
     def compute_samples_per_s(self) -> float:
@@ -79,7 +82,17 @@ class RankMeasure:
         return compute_estimate(self.compute_points, ages, now)
 
     def compute_curve(self) -> ComputeCurve:
-        return self.compute_estimate()[0]
+        """t_r(n): over whole-tile work where the planner learned stairs, else compute_estimate's."""
+        return self.tiled_curve or self.compute_estimate()[0]
+
+    def measured_points(self) -> list[tuple[int, int | None, float]]:
+        """(samples, micro-batch, compute s) of each split measured, the one running now last."""
+        micros = self.compute_point_micro_batches if len(self.compute_point_micro_batches) == \
+            len(self.compute_points) else tuple(None for _ in self.compute_points)
+        points = [(n, m, t) for (n, t), m in zip(self.compute_points, micros, strict=True)]
+        if self.current_samples > 0:
+            points.append((self.current_samples, self.micro_batch, self.current_samples / self.compute_samples_per_s))
+        return points
 
 
 @dataclass(frozen=True)

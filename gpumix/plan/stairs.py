@@ -1,0 +1,99 @@
+"""Stairs wider than the granularity, learned from what a rank measured (issue 16).
+
+A GPU computes a pass in whole tiles; the planner is told the granularity, not the tile. A step's
+compute is a fixed cost plus work, so its time can grow at most as fast as its work: a point measured
+slower than proportional to a smaller one (168 samples taking 2x the time of 96) says the work was
+more than the samples, i.e. the passes were padded to tiles wider than the granularity. learned_tile
+takes the narrowest tile (granularity x 2^j, at most MAX_ALIGNED_TILE) under which every pair of
+measured points grows no faster than its work; the rank's curve then runs over whole-tile work
+(tiled_curve), so the search sees 168 as 3 x 64 rather than on the line between 96 and 176.
+Where the points say nothing (one point, or all consistent at the granularity) nothing changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import combinations
+
+from gpumix.model.compute_curve import ComputeCurve, TiledCurve
+from gpumix.plan.memory import MAX_ALIGNED_TILE, effective_max_k, factorize, micro_batch_cap
+from gpumix.plan.split_types import PlanRequest, RankMeasure
+
+# How much faster than its work a point may seem to grow before it says "stair": the medians'
+# noise (2 % per step in the simulated world, a median of 10 steps) with room to spare.
+STAIR_TOLERANCE = 0.03
+
+
+def pass_work(samples: int, micro_batch: int | None, tile: int) -> int:
+    """Samples' worth of compute of `samples` run in passes of `micro_batch` (and one for the rest),
+    each padded to whole tiles."""
+    micro = micro_batch if micro_batch and 0 < micro_batch <= samples else samples
+    full, rest = divmod(samples, micro)
+    return full * math.ceil(micro / tile) * tile + (math.ceil(rest / tile) * tile if rest else 0)
+
+
+def _consistent(points: Sequence[tuple[int, int | None, float]], tile: int) -> bool:
+    """No point takes more time, relative to another, than its whole-tile work does."""
+    for (n_a, m_a, t_a), (n_b, m_b, t_b) in combinations(points, 2):
+        w_a, w_b = pass_work(n_a, m_a, tile), pass_work(n_b, m_b, tile)
+        if w_a > w_b:
+            w_a, w_b, t_a, t_b = w_b, w_a, t_b, t_a
+        if t_b > t_a * (w_b / w_a) * (1 + STAIR_TOLERANCE):
+            return False
+    return True
+
+
+def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: int) -> int:
+    """The narrowest tile (granularity x 2^j <= MAX_ALIGNED_TILE) the points (samples, micro-batch,
+    compute s) are consistent with; the granularity where they are with it, or with none."""
+    tile = max(1, granularity)
+    found = [p for p in points if p[0] > 0 and p[2] > 0]
+    while tile <= MAX_ALIGNED_TILE and not _consistent(found, tile):
+        tile *= 2
+    return tile if tile <= MAX_ALIGNED_TILE else max(1, granularity)
+
+
+def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[RankMeasure]:
+    """The measures, each rank whose points show stairs wider than the granularity (learned_tile),
+    or another rank's of its tier (the same GPU model runs the same kernels), with its tile and its
+    curve over whole-tile work."""
+    if request.granularity >= MAX_ALIGNED_TILE:
+        return list(measures)
+    tiles = {m.rank: learned_tile(m.measured_points(), request.granularity) for m in measures}
+    by_tier: dict[str, int] = {}
+    for m in measures:
+        if m.tier is not None:
+            by_tier[m.tier] = max(by_tier.get(m.tier, 1), tiles[m.rank])
+    found = []
+    for m in measures:
+        tile = by_tier.get(m.tier, 1) if m.tier is not None else tiles[m.rank]
+        if tile > max(1, request.granularity):
+            curve = tiled_curve(m.measured_points(), tile, micro_batch_cap(m, request), effective_max_k(request),
+                                (m.current_samples, m.micro_batch))
+            m = replace(m, tiled_curve=curve, tile_samples=tile)
+        found.append(m)
+    return found
+
+
+def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap: int | None,
+                max_k: int, running: tuple[int, int | None] = (0, None)) -> TiledCurve:
+    """The rank's curve over whole-tile work: measured points at their padded work; a count costs
+    the work of its micro-batches as factorize would choose them with this tile (the count
+    `running` has, its micro-batch now)."""
+    base = ComputeCurve.from_points((pass_work(n, m, tile), t) for n, m, t in points)
+    if len({pass_work(n, m, tile) for n, m, _ in points}) < 2:
+        n, m, t = points[-1]
+        base = ComputeCurve.proportional(pass_work(n, m, tile) / t)
+
+    known: dict[int, int] = {}  # the search asks the same counts many times; factorize scans k
+
+    def work(samples: int) -> int:
+        if samples not in known:
+            micro = running[1] if samples == running[0] and running[1] else \
+                (factorize(samples, cap, max_k, tile) or (samples, 1))[0]
+            known[samples] = pass_work(samples, micro, tile)
+        return known[samples]
+
+    return TiledCurve.over(base, work)

@@ -1,0 +1,67 @@
+"""Stairs wider than the granularity, learned from a rank's measured points (gpumix.plan.stairs)."""
+
+from __future__ import annotations
+
+import math
+
+from gpumix.plan.planner import PlanRequest, RankMeasure, plan
+from gpumix.plan.stairs import learned_tile, pass_work
+
+FIXED_S = 0.002  # a step's fixed cost in the stair world below
+
+
+def stair_s(samples: int, micro: int, tile: int, samples_per_s: float) -> float:
+    """A GPU that computes each pass in whole tiles (as real kernels do): the planner's truth here."""
+    full, rest = divmod(samples, micro)
+    work = full * math.ceil(micro / tile) * tile + (math.ceil(rest / tile) * tile if rest else 0)
+    return FIXED_S + work / samples_per_s
+
+
+def measure(rank: int, tier: str, now: tuple[int, int], before: tuple[int, int], tile: int,
+            speed: float) -> RankMeasure:
+    """A rank running `now` (samples, micro-batch) that ran `before` earlier in one pass, in the
+    stair world (a point of unknown micro-batch is taken as one pass)."""
+    now_s = stair_s(*now, tile, speed)
+    return RankMeasure(rank=rank, samples_per_s=now[0] / now_s, current_samples=now[0], link_bytes_per_s=1e10,
+                       micro_batch=now[1], tier=tier, compute_points=((before[0], stair_s(*before, tile, speed)),))
+
+
+def test_pass_work_pads_each_pass_to_whole_tiles() -> None:
+    assert pass_work(168, 56, 16) == 192  # 3 passes of 56: 4 tiles of 16 each
+    assert pass_work(168, 56, 8) == 168
+    assert pass_work(100, 48, 16) == 2 * 48 + 16  # two full passes and one of 4
+    assert pass_work(96, None, 16) == 96
+
+
+def test_a_point_slower_than_its_work_reveals_the_tile() -> None:
+    speed = 800.0
+    stair = [(96, 96, stair_s(96, 96, 16, speed)), (168, 56, stair_s(168, 56, 16, speed))]
+    assert learned_tile(stair, 4) == 16  # 168 took 2x the time of 96: padded to 3 x 64
+    line = [(96, 96, stair_s(96, 96, 16, speed)), (176, 16, stair_s(176, 16, 16, speed))]
+    assert learned_tile(line, 4) == 4  # on the line: nothing says the tile is wider
+    assert learned_tile(stair[:1], 4) == 4  # one point says nothing
+    assert learned_tile(stair, 16) == 16
+
+
+def test_the_tier_plans_whole_tiles_and_predicts_them() -> None:
+    """Two cards of one tier with 16-sample tiles, one of them measured on a stair (168 as 3 x 56),
+    and a card with 8-sample tiles: the plan predicts each rank's compute as the stair world computes
+    it (the line through 96 and 168 is 12 % off at 176), and its slowest is the best split's."""
+    ranks = [measure(0, "4090", (168, 56), (96, 96), 16, 800.0),
+             measure(1, "4090", (176, 88), (96, 96), 16, 800.0),
+             measure(2, "3090", (104, 104), (96, 96), 8, 400.0)]
+    tiles, speeds = [16, 16, 8], [800.0, 800.0, 400.0]
+    result = plan(ranks, PlanRequest(global_batch=448, gradient_bytes=1e6, granularity=4, max_micro_batch=133))
+    for r in result.ranks:
+        truth_s = stair_s(r.samples, r.micro_batch, tiles[r.rank], speeds[r.rank])
+        assert abs(r.compute_s - truth_s) / truth_s < 0.02, (r, truth_s)
+    planned_s = max(stair_s(r.samples, r.micro_batch, tiles[r.rank], speeds[r.rank]) for r in result.ranks)
+    assert planned_s <= best_split_s(448, tiles, speeds) + 1e-12
+
+
+def best_split_s(total: int, tiles: list[int], speeds: list[float]) -> float:
+    """The least slowest compute over splits into multiples of 4, each count at its best micro-batch."""
+    def best(n: int, r: int) -> float:
+        return min(stair_s(n, n // k, tiles[r], speeds[r]) for k in range(math.ceil(n / 133), n + 1) if n % k == 0)
+    return min(max(best(a, 0), best(b, 1), best(total - a - b, 2))
+               for a in range(4, total, 4) for b in range(4, total - a, 4))
