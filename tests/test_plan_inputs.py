@@ -49,6 +49,8 @@ def test_a_restarted_rank_keeps_what_it_measured_at_the_old_split(demo_hub: Hub,
     # The inputs: both earlier splits as compute points, memory per sample from three micro-batches.
     (measure,) = measures(demo_hub.snapshot(), "train")
     assert measure.compute_points == ((64, 0.30), (40, 0.20))
+    # with their micro-batches: a stair is told from a point's padded passes (plan.stairs)
+    assert measure.compute_point_micro_batches == (64, 40)
     assert math.isclose(measure.mem_per_sample_bytes, 10 * 2**20)
     assert math.isclose(measure.compute_curve().time_s(56), 0.27)  # halfway from 48 to 64
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gpumix.plan.planner import PlanRequest, RankMeasure, plan
-from gpumix.plan.stairs import learned_tile, pass_work
+from gpumix.plan.stairs import learned_tile, pass_work, with_stairs
 
 FIXED_S = 0.002  # a step's fixed cost in the stair world below
 
@@ -65,3 +65,17 @@ def best_split_s(total: int, tiles: list[int], speeds: list[float]) -> float:
         return min(stair_s(n, n // k, tiles[r], speeds[r]) for k in range(math.ceil(n / 133), n + 1) if n % k == 0)
     return min(max(best(a, 0), best(b, 1), best(total - a - b, 2))
                for a in range(4, total, 4) for b in range(4, total - a, 4))
+
+
+def test_a_tier_shares_the_tile_one_of_its_ranks_showed() -> None:
+    """Rank 1 ran 176 as 11 x 16, on the line; rank 0 of the same model showed the stair, and the
+    card of another model says nothing: the tile is the model's kernels', so rank 1 takes it too."""
+    ranks = [measure(0, "4090", (168, 56), (96, 96), 16, 800.0),
+             measure(1, "4090", (176, 16), (96, 96), 16, 800.0),
+             measure(2, "3090", (104, 104), (96, 96), 8, 400.0)]
+    request = PlanRequest(global_batch=448, gradient_bytes=1e6, granularity=4, max_micro_batch=133)
+    read = with_stairs(ranks, request)
+    assert [m.tile_samples for m in read] == [16, 16, None]
+    truth_s = stair_s(168, 84, 16, 800.0)  # 168 on rank 1 as factorize runs it with that tile: 2 x 84
+    assert abs(read[1].compute_curve().time_s(168) - truth_s) / truth_s < 0.02
+    assert read[2].compute_curve() == ranks[2].compute_curve()
