@@ -4,7 +4,7 @@ Scripts hand over what they have: Python numbers, numpy scalars (`np.int64(64)`)
 one-element arrays and tensors (`torch.tensor(1000)`, a loss or a learning rate on the GPU).
 JSON carries only the first, and the hub refuses a step with anything else in a number field,
 so each value is coerced here, on the training thread and cheaply: Python numbers as they are,
-numpy and CPU tensors by `.item()`, CUDA tensors copied asynchronously and read once computed
+numpy by `.item()`, CPU tensors by `.tolist()` (no GIL release), CUDA tensors copied asynchronously and read once computed
 (LazyScalar: no synchronisation now). A value that is no number (a string, a list, a tensor of
 several elements) raises NotANumber; the agent leaves that field out and warns once.
 """
@@ -60,7 +60,12 @@ def _tensor(value: Any, torch: Any, pinned: PinnedPool | None, average: bool) ->
         return LazyScalar(value, pinned)  # read once computed: .item() now would wait for the GPU
     if elements != 1:
         return float(value.detach().float().mean())
-    return _plain(value.item(), "tensor")
+    # tolist(), not item() or float(): on a CPU tensor it reads the number without releasing the GIL;
+    # those release it, and a thread waiting for it (the sender) then holds it while this step waits
+    item = value.tolist()
+    while type(item) is list:  # a one-element tensor of any shape
+        item = item[0]
+    return _plain(item, "tensor")
 
 
 def _plain(item: Any, what: str) -> int | float:

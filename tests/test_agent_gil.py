@@ -36,14 +36,25 @@ class _Logged(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def test_a_cpu_tensor_is_made_a_number_with_item_as_its_only_operator_call() -> None:
+def test_a_cpu_tensor_is_made_a_number_without_an_operator_call_that_releases_the_gil() -> None:
+    # item(), float() and is_complex() release the GIL, and a thread waiting for it takes it; numel()
+    # and, on a CPU tensor, tolist() do not (benchmarks/gil_release_probe.py). dtype and device are
+    # attributes ('__get__').
     loss = torch.tensor(2.5).as_subclass(_Logged)
     _Logged.calls.clear()
     assert coerce(loss, None) == 2.5
-    # dtype and device are attributes; is_complex() would be an operator call, a GIL release
-    assert [name for name in _Logged.calls if name != "__get__"] == ["numel", "item"]
+    assert [name for name in _Logged.calls if name != "__get__"] == ["numel", "tolist"]
     with pytest.raises(TypeError):
         coerce(torch.tensor(1 + 2j), None)  # complex is still refused, from the dtype
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (torch.tensor(3), 3), (torch.tensor([[0.5]]), 0.5), (torch.tensor(1.5, dtype=torch.bfloat16), 1.5),
+    (torch.tensor([7], dtype=torch.uint8), 7), (torch.ones((), requires_grad=True) * 2, 2.0),
+    (torch.tensor(0.25, dtype=torch.float64), 0.25)])
+def test_one_element_cpu_tensors_of_any_shape_and_dtype_give_a_plain_number(value: torch.Tensor, expected: float) -> None:
+    number = coerce(value, None)
+    assert number == expected and type(number) is type(expected)
 
 
 def test_collect_takes_at_most_limit_steps_oldest_first_and_the_rest_next_time() -> None:
