@@ -12,6 +12,7 @@ sources: agent/step_record.py.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -83,6 +84,10 @@ class Agent:
         self.sampling = DeviceSampling()  # which steps copy their CUDA values: at most one each 0.1 s
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
         self._figures = ProcessFigures(self._cuda, self.cuda_device)  # allocator and process, once a second
+        # psutil, which the sender thread reads the process's figures with, imported now, before the steps:
+        # imported there it held the GIL through one step of the training thread (0.1-0.25 s on a loaded box)
+        with contextlib.suppress(ImportError):
+            import psutil  # noqa: F401
         self._warned = False
         self.restart = RestartControl(self.rank)
         self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does

@@ -5,6 +5,8 @@ thread waiting for the GIL waits for one piece, not for the whole backlog."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -109,3 +111,12 @@ def test_the_sender_builds_a_backlog_in_pieces_with_a_pause_between(hub_socket, 
     largest = max(sender_module.PIECE_MESSAGES, -(-600 // sender_module.PIECES_PER_WAKE))
     assert max(pieces) <= largest and len(pieces) >= 600 // largest
     assert pauses and set(pauses) == {sender_module.PIECE_PAUSE_S}  # a real pause: sleep(0) keeps the GIL
+
+
+def test_psutil_is_imported_when_the_agent_is_made_not_on_the_sender_thread_during_the_steps() -> None:
+    # an import on the sender thread held the GIL through a training step (0.1-0.25 s on this box)
+    script = ("import sys\nfrom gpumix.agent.core import Agent\nassert 'psutil' not in sys.modules\n"
+              f"agent = Agent({ABSENT!r}, job='imports')\nprint('psutil' in sys.modules)\nagent.close(0.1)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "True"
