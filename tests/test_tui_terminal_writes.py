@@ -1,7 +1,6 @@
 """The dashboard's partial writes set a style only where it changes (issue 13: half of the idle
-bytes were SGR sequences opened and reset around every one-digit chop), leave out the cells the
-terminal already shows, and show the same cells as Textual's own writes: checked on a small
-interpreter of cursor moves and SGR sequences."""
+bytes were SGR sequences opened and reset around every one-digit chop) and show the same cells as
+Textual's own writes: checked on a small interpreter of cursor moves and SGR sequences."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ import re
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
-from textual._compositor import ChopsUpdate, LayoutUpdate
-from textual.geometry import Region
+from textual._compositor import ChopsUpdate
 from textual.strip import Strip
 
 from gpumix.tui import terminal_writes
@@ -22,10 +20,9 @@ HEAD = Style(bold=True, color="black", bgcolor="steel_blue1")
 LINK = Style(color="blue", link="https://example.org")
 
 
-def screen_of(written: str, cells: dict[tuple[int, int], tuple[str, str]] | None = None) -> dict[tuple[int, int], tuple[str, str]]:
-    """(x, y) -> (character, the SGR codes in force when it was written, since the last reset),
-    after `written` on a terminal that showed `cells`."""
-    cells = dict(cells or {})
+def screen_of(written: str) -> dict[tuple[int, int], tuple[str, str]]:
+    """(x, y) -> (character, the SGR codes in force when it was written, since the last reset)."""
+    cells: dict[tuple[int, int], tuple[str, str]] = {}
     x = y = 0
     codes: list[str] = []
     for params, final, newline, char in SEQUENCE.findall(written):
@@ -60,7 +57,6 @@ def console() -> Console:
 
 
 def test_the_cells_are_textuals_and_the_bytes_fewer() -> None:
-    terminal_writes.forget()
     ours = terminal_writes.render_segments(update(), console())
     textuals = terminal_writes._textual_render_segments(update(), console())
     assert screen_of(ours) == screen_of(textuals)
@@ -68,7 +64,6 @@ def test_the_cells_are_textuals_and_the_bytes_fewer() -> None:
 
 
 def test_a_style_is_opened_once_while_it_holds_and_reset_once_at_the_end() -> None:
-    terminal_writes.forget()
     # two one-digit chops on two lines in one style (the clock and a reading at idle)
     two = ChopsUpdate([{0: Strip([Segment("12", DIM)])}, {5: Strip([Segment("34", DIM)])}],
                       [(0, 0, 2), (1, 5, 7)], [[2], [7]])
@@ -77,26 +72,3 @@ def test_a_style_is_opened_once_while_it_holds_and_reset_once_at_the_end() -> No
     # the style is unknown before the update (0 first), then holds: no SGR between the move and "34"
     assert written == f"\x1b[1;1H\x1b[0;{dim}m12\x1b[2;6H34\x1b[0m"
     assert screen_of(written) == screen_of(terminal_writes._textual_render_segments(two, console()))
-
-
-def one_cell_update(text: str, x: int = 0, y: int = 0) -> ChopsUpdate:
-    strip = Strip([Segment(text, DIM)])
-    return ChopsUpdate([{}] * y + [{x: strip}], [(y, x, x + strip.cell_length)], [[]] * y + [[x + strip.cell_length]])
-
-
-def test_cells_the_terminal_shows_are_left_out_until_a_full_update() -> None:
-    terminal_writes.forget()
-    dim = DIM._make_ansi_codes(console()._color_system)
-    ours = textuals = {}
-    for text in ("    5 W", "    6 W", "   16 W", "   16 W"):
-        written = terminal_writes.render_segments(one_cell_update(text, x=3, y=2), console())
-        ours = screen_of(written, ours)
-        textuals = screen_of(terminal_writes._textual_render_segments(one_cell_update(text, x=3, y=2), console()), textuals)
-        assert ours == textuals, text
-        if text == "    6 W":
-            assert written == f"\x1b[3;8H\x1b[0;{dim}m6\x1b[0m"  # the digit, not the cell
-    assert written == ""  # the same cell again: nothing at all
-    full = LayoutUpdate([[Strip([Segment("x" * 20, DIM)])]] * 3, Region(0, 0, 20, 3))
-    terminal_writes.full_segments(full, console())  # a full repaint: nothing is known to be shown
-    written = terminal_writes.render_segments(one_cell_update("   16 W", x=3, y=2), console())
-    assert "   16 W" in written

@@ -12,12 +12,6 @@ Each chop also sets its colours only when they differ from what the terminal alr
 opened and reset the style around every chop (23 of a 28-byte one-digit change at idle: half the
 bytes were SGR), and ended each line with a newline no one needs (every chop starts with a cursor
 move). A chop's text is the same; one reset ends the update.
-
-And the cells at either end of a chop that the terminal already shows, as the last partial update
-wrote them, are left out (a right-aligned number "   5" -> "   6" writes the one digit; a chop
-all of whose cells are shown writes nothing). What partial updates wrote is kept per cell; a full
-update (resize, a new screen: Textual's LayoutUpdate) forgets it all, so only cells this module
-wrote itself are ever skipped. Wide characters and links are written whole and forgotten.
 """
 
 from __future__ import annotations
@@ -25,17 +19,12 @@ from __future__ import annotations
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.control import Control
-from rich.style import Style
-from textual._compositor import ChopsUpdate, LayoutUpdate
+from textual._compositor import ChopsUpdate
 from textual.strip import Strip
 
 RESET = "\x1b[0m"
 
 _textual_render_segments = ChopsUpdate.render_segments
-_textual_full_segments = LayoutUpdate.render_segments
-
-Cell = tuple[str, str]  # a character and its SGR codes
-_shown: dict[int, dict[int, Cell]] = {}  # row -> column -> what the last partial write put there
 
 
 def render_segments(self: ChopsUpdate, console: Console) -> str:
@@ -52,57 +41,11 @@ def render_segments(self: ChopsUpdate, console: Console) -> str:
             if start > x and strip.cell_length != len(strip.text):
                 start = x  # a wide (or zero-width) character: cropping inside one would blank its half
 
-            strip = _cropped(strip, start - x, min(end, x2) - x)
-            start, strip = _unshown(y, start, strip, color_system)
-            if strip.cell_length:
-                sequences.append(Control.move_to(start, y).segment.text)
-                _render_strip(strip, color_system, state, sequences)
-    if state[0]:
+            sequences.append(Control.move_to(start, y).segment.text)
+            _render_strip(_cropped(strip, start - x, min(end, x2) - x), color_system, state, sequences)
+    if state[0] != "":
         sequences.append(RESET)
     return "".join(sequences)
-
-
-def _unshown(y: int, start: int, strip: Strip, color_system: ColorSystem) -> tuple[int, Strip]:
-    """The part of `strip` (at column `start` of row `y`) from its first to its last cell that the
-    terminal does not show yet, remembered as shown from now on."""
-    line = _shown.setdefault(y, {})
-    cells = _cells(strip, color_system)
-    if cells is None:  # wide characters or a link: written whole, their columns forgotten
-        for column in range(start, start + strip.cell_length):
-            line.pop(column, None)
-        return start, strip
-    changed = [i for i, cell in enumerate(cells) if line.get(start + i) != cell]
-    for i, cell in enumerate(cells):
-        line[start + i] = cell
-    if not changed:
-        return start, strip.crop(0, 0)
-    first, last = changed[0], changed[-1] + 1
-    return start + first, _cropped(strip, first, last)
-
-
-def _cells(strip: Strip, color_system: ColorSystem) -> list[Cell] | None:
-    """(character, SGR codes) per cell; None where a character is not one cell or a link."""
-    if strip.cell_length != len(strip.text):
-        return None
-    cells: list[Cell] = []
-    for text, style, _ in strip:
-        if style is not None and style._link:
-            return None
-        ansi = _ansi(style, color_system)
-        cells.extend((char, ansi) for char in text)
-    return cells
-
-
-def _ansi(style: Style | None, color_system: ColorSystem) -> str:
-    if style is None:
-        return ""
-    return style._ansi if style._ansi is not None else Strip.render_ansi(style, color_system)
-
-
-def full_segments(self: LayoutUpdate, console: Console) -> str:
-    """LayoutUpdate.render_segments, forgetting what partial writes left: every cell is written."""
-    _shown.clear()
-    return _textual_full_segments(self, console)
 
 
 def _render_strip(strip: Strip, color_system: ColorSystem, state: list[str | None], out: list[str]) -> None:
@@ -114,7 +57,7 @@ def _render_strip(strip: Strip, color_system: ColorSystem, state: list[str | Non
             out.append(Strip.render_style(style, text, color_system))
             state[0] = ""
             continue
-        ansi = _ansi(style, color_system)
+        ansi = "" if style is None else (style._ansi if style._ansi is not None else Strip.render_ansi(style, color_system))
         if ansi != state[0]:
             if not ansi:
                 out.append(RESET)
@@ -130,18 +73,10 @@ def _cropped(strip: Strip, start: int, end: int) -> Strip:
 
 def install() -> None:
     ChopsUpdate.render_segments = render_segments  # type: ignore[method-assign]
-    LayoutUpdate.render_segments = full_segments  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
     ChopsUpdate.render_segments = _textual_render_segments  # type: ignore[method-assign]
-    LayoutUpdate.render_segments = _textual_full_segments  # type: ignore[method-assign]
-    _shown.clear()
-
-
-def forget() -> None:
-    """Write every cell again from the next partial update on (as after a full one)."""
-    _shown.clear()
 
 
 def installed() -> bool:
