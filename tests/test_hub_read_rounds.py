@@ -131,6 +131,28 @@ def test_a_held_agent_that_closes_ends_at_the_round() -> None:
     asyncio.run(run())
 
 
+def test_an_ended_stream_is_no_longer_paused_by_the_rounds() -> None:
+    """After its bye the connection belongs to the server again (a refusal reads the agent's last frames
+    until it closes): a round must not pause it."""
+    async def run() -> None:
+        sink, rounds = Recorder(), ReadRounds()
+        loop = asyncio.get_running_loop()
+        theirs, transports = await agents(1, sink, rounds)
+        theirs[0].sendall(step(0))
+        await settle(lambda: len(sink.steps) == 1)
+        theirs[0].sendall(protocol.encode({"type": "bye"}))
+        rounds._release(loop)  # the bye is read in this round and the stream ends
+        await settle(lambda: rounds.held == 0 and transports[0].is_reading())
+        for _ in range(3):
+            rounds._release(loop)
+            await passes()
+            assert transports[0].is_reading() and rounds.held == 0
+        theirs[0].close()
+        await passes()
+
+    asyncio.run(run())
+
+
 def test_agents_read_into_the_loops_one_buffer_keep_their_frames_apart() -> None:
     """Frames cut across reads and agents interleaved: each agent's steps arrive whole and in order."""
     async def run() -> None:

@@ -119,6 +119,11 @@ class ReadRounds:
         self._held[transport] = 0
         self._schedule(period_s, loop)
 
+    def forget(self, transport: asyncio.BaseTransport) -> None:
+        """The agent's stream ended: its transport is no longer paused or resumed by the rounds."""
+        self._held.pop(transport, None)  # type: ignore[call-overload]
+        self._checking.pop(transport, None)  # type: ignore[call-overload]
+
     def _schedule(self, period_s: float, loop: asyncio.AbstractEventLoop) -> None:
         self._period_s = period_s
         # a read just after a round (its timer may fire a clock tick early) waits for the next one
@@ -258,6 +263,7 @@ class AgentProtocol(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         self._timer.cancel()
+        self._rounds.forget(self._transport)  # a refusal may still read it (serve_agent), unpaused
         self.done.cancel()  # a connection lost after its handler ended (shutdown): no unretrieved error
 
 
