@@ -93,9 +93,7 @@ def strategies(job: oracle.Job, world: World, gpus: list[GpuPower], counts: list
     comm_s = max((g.comm_s for g in gpus), default=0.0)
     ranks = [JointRank(index=g.index, compute=by_rank[g.index].compute_curve(), cap_w=g.cap_w, min_w=g.min_w,
                        max_w=max(g.cap_w, g.default_w), power=g.power_curve(),
-                       upper_samples=oracle.micro_cap(rig, g.index) * MAX_K,
-                       measured_samples=tuple(n for n in (by_rank[g.index].current_samples,
-                                                          *(n for n, _ in by_rank[g.index].compute_points)) if n > 0))
+                       upper_samples=oracle.micro_cap(rig, g.index) * MAX_K)
              for g in gpus]
     proposal = joint_plan(ranks, total, GRANULARITY, budget_w)
     offer = joint_offer(ranks, total, GRANULARITY, budget_w, fit.step_after_s or 0.0, comm_s,

@@ -75,18 +75,21 @@ def measured_rank(index: int, seconds_at_64: float, caps: tuple[float, ...] = (2
     return JointRank(index=index, compute=ComputeCurve.from_points([(48, seconds_at_64 * 0.75), (64, seconds_at_64)]),
                      cap_w=350.0, min_w=100.0, max_w=350.0,
                      power=PowerCurve.learned(350.0, [*((c, 1.0 + (350.0 - c) / 200) for c in caps), (350.0, 1.0)]),
-                     upper_samples=10_000, measured_samples=(48, 64))
+                     upper_samples=10_000)
 
 
-def test_the_offer_stays_within_the_measured_caps_and_splits() -> None:
+def test_the_offer_stays_within_the_measured_caps_and_its_split_follows_the_compute_curves() -> None:
     ranks = [measured_rank(0, 0.10), measured_rank(1, 0.20)]
-    # unbounded, a tight budget cuts caps below the lowest measured (280 W) and moves work past 64
+    # unbounded, a tight budget cuts caps below the lowest measured (280 W)
     free = joint_plan(ranks, 112, 8, 600.0)
-    assert free is not None and (min(free.caps_w) < 280.0 or max(free.samples) > 64)
+    assert free is not None and min(free.caps_w) < 280.0
     offer = joint_offer(ranks, 112, 8, 600.0, serial_step_s=1.0, comm_s=0.0, error=None)
     assert offer.proposal is not None
     assert all(280.0 <= c <= 350.0 for c in offer.proposal.caps_w)
-    assert all(48 <= n <= 64 for n in offer.proposal.samples)
+    # the split is the compute curves', past the 48-64 samples measured (as the planner's is): rank 0,
+    # twice as fast, takes 80 of the 112 (held to the splits measured, it took at most 64: measured in
+    # the world, no offer then on 51 rigs, and 4 wins on 75 without, docs/power.md)
+    assert offer.proposal.samples == (80, 32)
     assert offer.offered and "within the measured caps" in offer.why  # 1.0 s against about 0.2: far past 3 %
 
 

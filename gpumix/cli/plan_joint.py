@@ -42,11 +42,9 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     comm_s = max((g.comm_s for g in taking), default=0.0)
     ranks = []
     for g in taking:
-        m = ranks_now[g.uuid]
-        splits = tuple(n for n in (m.current_samples, *(n for n, _ in m.compute_points)) if n > 0)
-        ranks.append(JointRank(index=g.index, compute=m.compute_curve(), cap_w=g.cap_w, min_w=g.min_w,
+        ranks.append(JointRank(index=g.index, compute=ranks_now[g.uuid].compute_curve(), cap_w=g.cap_w, min_w=g.min_w,
                                max_w=max(g.cap_w, g.default_w), power=g.power_curve(),
-                               upper_samples=plan["global_batch"], measured_samples=splits))
+                               upper_samples=plan["global_batch"]))
     # split then fit, by the same model: the plan's split held, the least slowest compute under the budget
     held = [JointRank(r.index, r.compute, r.cap_w, r.min_w, r.max_w, r.power, planned[g.uuid], planned[g.uuid])
             for r, g in zip(ranks, taking, strict=True)]

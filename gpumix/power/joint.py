@@ -12,18 +12,20 @@ power curve is kind at low caps, docs/power.md). Caps stay within [min, the cap 
 default limit, whichever is higher]: a joint proposal never raises a card above its stock cap.
 Bounded: at most MAX_UNITS units of the batch and MAX_DP_WORK programme steps, else None.
 
-Offered (joint_offer) only within the evidence: each card's caps within those its power curve was
-measured at, each rank's share within the splits it was measured at (no extrapolation: measured in
-the world, the held-out loss of 16.9 % came from two 3060s cut to 114-117 W, below the 140 W the
-profile reached, where the published curve has a knee), and only where the predicted gain over
-split-then-fit passes the larger of MIN_OFFER_GAIN and the curves' own error (plan.prediction).
+Offered (joint_offer) only within the power evidence: each card's caps within those its power curve
+was measured at (no extrapolation: measured in the world, the held-out loss of 16.9 % came from two
+3060s cut to 114-117 W, below the 140 W the profile reached, where the published curve has a knee),
+and only where the predicted gain over split-then-fit passes the larger of MIN_OFFER_GAIN and the
+curves' own error (plan.prediction). The split follows the compute curves past the splits measured,
+as the planner's own proposals do: held to the measured splits as well, none of 51 rigs was offered
+anything; with caps alone held, 4 of 75 were, each faster in the world (docs/power.md).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpumix.model.compute_curve import ComputeCurve
 from gpumix.model.step_model import PowerCurve
@@ -45,7 +47,6 @@ class JointRank:
     power: PowerCurve
     upper_samples: int  # memory and accumulation allow at most this many per step
     lower_samples: int = 0  # a proposal gives this rank at least this many
-    measured_samples: tuple[int, ...] = ()  # the splits its compute was measured at (the curve's own, if none)
 
     def time_s(self, samples: int, cap_w: float) -> float:
         return self.compute.time_s(samples) * self.power.time_ratio(self.cap_w, cap_w)
@@ -144,17 +145,13 @@ class JointOffer:
 
 
 def within_evidence(rank: JointRank) -> JointRank | None:
-    """The rank held to what was measured: caps from its lowest measured cap to its highest (or the
-    cap in force), samples between its measured splits (one split: that one). None without two
-    measured caps (a power curve that is the prior's)."""
+    """The rank held to the caps measured: from its lowest measured cap to its highest (or the cap in
+    force); its samples within its own bounds (the compute curve's extrapolation is the planner's).
+    None without two measured caps (a power curve that is the prior's)."""
     caps = [c for c, _ in rank.power.points]
-    splits = list(rank.measured_samples) or [n for n, _ in rank.compute.points]
     if len(caps) < 2:
         return None
-    return JointRank(rank.index, rank.compute, rank.cap_w, max(rank.min_w, min(caps)),
-                     min(rank.max_w, max(max(caps), rank.cap_w)), rank.power,
-                     min(rank.upper_samples, math.floor(max(splits))), max(rank.lower_samples, math.ceil(min(splits))),
-                     rank.measured_samples)
+    return replace(rank, min_w=max(rank.min_w, min(caps)), max_w=min(rank.max_w, max(max(caps), rank.cap_w)))
 
 
 def joint_offer(ranks: Sequence[JointRank], global_batch: int, granularity: int, budget_w: float,
@@ -169,7 +166,7 @@ def joint_offer(ranks: Sequence[JointRank], global_batch: int, granularity: int,
                                  " measures them): no offer beyond what was measured")
     proposal = joint_plan([b for b in bounded if b is not None], global_batch, granularity, budget_w, fixed_w)
     if proposal is None:
-        return JointOffer(False, "no split within the measured splits and caps fits the budget")
+        return JointOffer(False, "no split within the measured caps fits the budget")
     step_s = proposal.compute_s + comm_s
     gain = serial_step_s / step_s - 1 if step_s > 0 else 0.0
     needed = max(MIN_OFFER_GAIN, error or 0.0)
@@ -177,5 +174,5 @@ def joint_offer(ranks: Sequence[JointRank], global_batch: int, granularity: int,
              else f"the {MIN_OFFER_GAIN:.0%} threshold")  # whichever set `needed`
     if gain <= needed:
         return JointOffer(False, f"predicted {gain:+.1%} over split then fit: not past {basis}", proposal, step_s, gain)
-    return JointOffer(True, f"predicted {gain:+.1%} over split then fit, past {basis}, within the measured caps"
-                            " and splits", proposal, step_s, gain)
+    return JointOffer(True, f"predicted {gain:+.1%} over split then fit, past {basis}, within the measured caps",
+                      proposal, step_s, gain)
