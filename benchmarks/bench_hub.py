@@ -20,7 +20,8 @@ Goal: end-to-end p99 <= 100 ms.
 (c) CPU per tick (--tick-cpu, issue 13). A real `gpumix hub` process (default on the real GPUs;
 `--hub-command "gpumix hub --demo"` for the simulated rig) at 1 s, with N real agent processes
 stepping at R steps/s each, for each N in --tick-ranks; the hub's CPU (user + system, psutil) over
-the window, as % of one core and as ms per tick. The difference between rank counts is the cost per
+the window, as % of one core and as ms per tick, and its wake-ups a second (voluntary context switches of all
+its threads). The difference between rank counts is the cost per
 rank, and over the ranks' step rate the cost per step; the hub with no rank is the cost of its GPUs
 (and its fixed part). Goal: <= 0.5 % of a core for 10 GPUs and 10 ranks at 1 s. Its agents are CPU
 step loops (no GPU needed), so on a GPU machine the hub reads the real GPUs through NVML:
@@ -284,6 +285,19 @@ def steady_agent(path: str, rank: int, ranks: int, period_s: float, stop: Any) -
     agent.close()
 
 
+def wakeups(pid: int) -> int:
+    """The process's voluntary context switches over all its threads (Linux): each is a wait that
+    ended, so their rate is the hub's wake-ups a second (issue 13: most of its CPU per rank). 0 elsewhere."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            total += sum(int(line.split()[1]) for line in status.read_text().splitlines()
+                         if line.startswith("voluntary_ctxt_switches"))
+        except (OSError, ValueError):  # a thread that ended meanwhile
+            continue
+    return total
+
+
 def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: float, warmup_s: float,
                    socket_path: str | None) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="gmxt", dir="/tmp")
@@ -308,9 +322,9 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
                    what=f"{ranks} ranks stepping")
         time.sleep(warmup_s)
         meter = psutil.Process(hub.pid)
-        cpu0, t0 = sum(meter.cpu_times()[:2]), time.monotonic()
+        woke0, cpu0, t0 = wakeups(hub.pid), sum(meter.cpu_times()[:2]), time.monotonic()
         time.sleep(seconds)
-        cpu1, t1 = sum(meter.cpu_times()[:2]), time.monotonic()
+        woke1, cpu1, t1 = wakeups(hub.pid), sum(meter.cpu_times()[:2]), time.monotonic()
         snapshot = client.snapshot() or {}
         client.close()
         cpu_pct = 100.0 * (cpu1 - cpu0) / (t1 - t0)
@@ -321,6 +335,7 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
             "hub_cpu_pct_of_one_core": round(cpu_pct, 3), "interval_s": interval_s,
             "hub_cpu_ms_per_tick": round(10.0 * cpu_pct * interval_s, 3),
             "hub_rss_mb": round(meter.memory_info().rss / 1e6, 1),
+            "hub_wakeups_per_s": round((woke1 - woke0) / (t1 - t0), 1),
         })
     finally:
         stop_agents(stop, procs)
