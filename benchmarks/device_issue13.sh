@@ -6,6 +6,9 @@
 #   PART=b: the agent's per-step cost (1 ms steps and empty steps, a CUDA loss, no hub and a live hub,
 #           alternated), DDP steps with and without the agent (paired, one rank, NCCL), the 10-GPU
 #           demo's dashboard attached to `gpumix hub --demo` and with its hub in-process.
+#   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
+#           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
+#           alternated.
 #
 #   PART=a OUT=/tmp/out bash benchmarks/device_issue13.sh        # wheels (gpumix-top's own among them) in .whl/
 #   DRY=1 PART=a OUT=/tmp/out bash benchmarks/device_issue13.sh  # a dry run without a GPU (simulated rig)
@@ -44,6 +47,25 @@ if [ "$PART" = a ]; then
   step 60 "one-shots, a hub running" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label hub --out "$WORK/oneshot_hub.json" \
     --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix power show" --cmd "gpustat --json" --cmd "nvitop --once"
   stop_hub
+fi
+
+if [ "$PART" = hub ]; then
+  ROUNDS="env GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1"
+  for round in 1 2; do
+    for mode in plain rounds; do
+      prefix=""; [ "$mode" = rounds ] && prefix=$ROUNDS
+      step 50 "hub CPU per tick, 10 simulated GPUs, $mode ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
+        --tick-seconds 12 --tick-warmup 3 --hub-command "$prefix $PY -m gpumix.cli.main hub --interval 1 --sim mixed-10" \
+        --out "$WORK/hub_tick_mixed10_${mode}_$round.json"
+    done
+  done
+  step 50 "hub CPU per tick, this machine's GPU, rounds" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 12 \
+    --tick-warmup 3 --hub-command "$ROUNDS $PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu_rounds.json"
+  # step -> snapshot (10 agents at 20 steps/s, an in-process hub), without and with the rounds
+  step 40 "hub latency, plain" $PY $REPO/benchmarks/bench_hub.py --skip-ingest --latency-agents 10 --rate 20 --latency-seconds 10 \
+    --out "$WORK/hub_latency_plain.json"
+  step 40 "hub latency, rounds" $ROUNDS $PY $REPO/benchmarks/bench_hub.py --skip-ingest --latency-agents 10 --rate 20 \
+    --latency-seconds 10 --out "$WORK/hub_latency_rounds.json"
 fi
 
 if [ "$PART" = b ]; then
