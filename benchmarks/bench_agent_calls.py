@@ -72,9 +72,13 @@ def spin(seconds: float) -> None:
         pass
 
 
-def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float) -> tuple[list[float], list[bool]]:
+def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float,
+                gpu_work: int = 0) -> tuple[list[float], list[bool]]:
     """Seconds per step spent in the agent's calls (the body not counted), and whether each step
-    copied its CUDA values (agent/sampling.py), so that those steps are told apart from the rest."""
+    copied its CUDA values (agent/sampling.py), so that those steps are told apart from the rest.
+    gpu_work N: the body also queues an N x N matmul and the loss is its mean, a new CUDA tensor each
+    step as in training (the GPU busy, never idle for the 0.1 s between two copies)."""
+    matrix = torch.randn(gpu_work, gpu_work, device=loss.device) if gpu_work > 0 else None
     times, copied = [], []
     sampling = agent.sampling
     if body_s <= 0:  # the whole `with` around an empty body, as the earlier figures were taken
@@ -92,9 +96,10 @@ def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float) -> 
         context = agent.step(samples=256)
         step = context.__enter__()
         begun = time.perf_counter()
+        fresh = (matrix @ matrix).mean() if matrix is not None else loss
         spin(body_s)
         ending = time.perf_counter()
-        step.loss = loss
+        step.loss = fresh
         context.__exit__(None, None, None)
         times.append(begun - started + time.perf_counter() - ending)
         copied.append(sampling.copies != copies)
@@ -124,7 +129,7 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
         wait_until(lambda: agent.sender.connects >= 1, 30, "the agent to connect")
     if profile is not None:
         profile.enable()
-    times, copied = timed_steps(agent, steps, loss, args.body_us * 1e-6)
+    times, copied = timed_steps(agent, steps, loss, args.body_us * 1e-6, args.gpu_work)
     if profile is not None:
         profile.disable()
     if loss.device.type == "cuda":
@@ -182,6 +187,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="runs per case, alternated (default 3)")
     parser.add_argument("--case", choices=("both", "no-hub", "hub"), default="both",
                         help="without a hub, with a live hub, or both alternated (default both)")
+    parser.add_argument("--gpu-work", type=int, default=0, metavar="N",
+                        help="with --body-us: each step also queues an N x N matmul and its mean is the loss (default 0: off)")
     parser.add_argument("--body-us", type=float, default=0.0,
                         help="spin this many µs inside each step; only the agent's calls are timed (default 0)")
     parser.add_argument("--device-read-interval", type=float, metavar="S",
@@ -215,7 +222,7 @@ def main() -> None:
                 hub_process.terminate()
                 hub_process.wait(10)
     result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "device": args.device,
-              "steps": args.steps, "pairs": args.pairs, "body_us": args.body_us,
+              "steps": args.steps, "pairs": args.pairs, "body_us": args.body_us, "gpu_work": args.gpu_work,
               "device_read_interval_s": DEVICE_READ_INTERVAL_S if args.device_read_interval is None
               else args.device_read_interval, "hub": "started: gpumix hub --sim mixed-10"
               if hub_process is not None else args.hub_socket, "machine": machine(),

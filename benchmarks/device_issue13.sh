@@ -72,6 +72,8 @@ if [ "$PART" = b ]; then
   if [ "$DRY" != 1 ]; then
     step 100 "agent per step, 1 ms steps, CUDA loss" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs 3 \
       --steps 5000 --body-us 1000 --out "$WORK/agent_calls_1ms.json"
+    step 100 "agent per step, 1 ms steps, GPU busy, a new CUDA loss each step" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda \
+      --case both --pairs 3 --steps 5000 --body-us 1000 --gpu-work 2048 --out "$WORK/agent_calls_1ms_gpu_busy.json"
     step 60 "agent per step, empty steps, CUDA loss" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs 3 \
       --steps 5000 --out "$WORK/agent_calls_empty.json"
     start_hub ddp
