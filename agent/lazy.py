@@ -42,7 +42,9 @@ class LazyScalar:
             return
         self._host = pinned_pool.take(torch)
         self._ticket = pinned_pool.taken
-        self._host.copy_(tensor.float().reshape(()), non_blocking=True)
+        if tensor.dtype != torch.float32 or tensor.dim() != 0:  # a usual loss is neither: no op calls for it
+            tensor = tensor.float().reshape(())  # (each op call may hand the GIL to the sender thread)
+        self._host.copy_(tensor, non_blocking=True)
         self._event = torch.cuda.Event()
         self._event.record()
 
