@@ -60,7 +60,10 @@ def _object_schema(kind: type, defs: dict[str, Any]) -> dict[str, Any]:
     if kind.__doc__:
         schema["description"] = " ".join(kind.__doc__.split())
     schema["properties"] = {name: _schema_of(hint, defs) for name, hint in hints.items()}
-    schema["required"] = sorted(kind.__required_keys__)
+    # NotRequired is seen in the hints: under `from __future__ import annotations` Python 3.11's
+    # __required_keys__ counts every key as required
+    schema["required"] = sorted(name for name, hint in hints.items()
+                                if name in kind.__required_keys__ and get_origin(hint) is not NotRequired)
     return schema
 
 
