@@ -35,7 +35,7 @@ from gpumix.tui.panels import (
 )
 from gpumix.tui.size_notice import TooSmallScreen, too_small
 from gpumix.tui.snapshot_view import SnapshotView
-from gpumix.tui.staleness import STALE_CHECK_S, StaleWatch
+from gpumix.tui.staleness import StaleWatch
 from gpumix.tui.text_panel import TextPanel
 from gpumix.tui.themes import DEFAULT_THEME, NO_COLOR_THEME, load_themes
 from gpumix.wire.snapshot_types import Source
@@ -128,7 +128,7 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
         self._palette = Palette.from_theme(self.current_theme)
         self.table.focus()
         self.fetch()
-        self.set_interval(STALE_CHECK_S, self._check_stale)
+        self._arm_stale_check(self.stale_after_s)
         self._check_size()
 
     # -- size: below 80x24 one notice instead of clipped controls -------------------------

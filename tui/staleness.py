@@ -11,11 +11,12 @@ from gpumix.tui.panels import stale_line, title_line
 
 STALE_AFTER_INTERVALS = 2  # polls without a snapshot before the hub counts as lost
 MIN_STALE_S = 1.0  # but never sooner: a busy box may take a moment to answer
-STALE_CHECK_S = 0.5
+STALE_CHECK_S = 0.5  # while stale: the title's count of seconds moves on
+MIN_CHECK_S = 0.05  # never re-armed sooner (a check due now)
 
 
 class StaleWatch:
-    """Needs from the App: interval_s, snapshot, source, screen_stack, main_screen, say, _set_text,
+    """Needs from the App: set_timer, interval_s, snapshot, source, screen_stack, main_screen, say, _set_text,
     add_class/remove_class, and `_received_at_s` set when a snapshot comes."""
 
     interval_s: float
@@ -28,17 +29,30 @@ class StaleWatch:
     def stale_after_s(self) -> float:
         return max(STALE_AFTER_INTERVALS * self.interval_s, MIN_STALE_S)
 
+    stale_checks = 0  # how often the check ran (tests count the wake-ups)
+
     def _check_stale(self) -> None:
-        """On its own timer: a fetch blocked on a frozen hub arms no next poll, so the poll chain
-        cannot be the one to notice."""
+        """On its own one-shot timer: a fetch blocked on a frozen hub arms no next poll, so the poll
+        chain cannot be the one to notice. While fresh it wakes only when the newest snapshot would
+        turn stale (not every STALE_CHECK_S: about once a snapshot instead of twice a second)."""
+        self.stale_checks += 1
         age_s = time.monotonic() - self._received_at_s
-        if age_s <= self.stale_after_s or not self.screen_stack or not self.main_screen.query("#title"):
-            return  # fresh, or the app is closing
+        if not self.screen_stack:
+            return  # the app is closing
+        if age_s <= self.stale_after_s:
+            self._arm_stale_check(self.stale_after_s - age_s)
+            return
+        self._arm_stale_check(STALE_CHECK_S)
+        if not self.main_screen.query("#title"):
+            return  # the app is closing
         if not self.stale:
             self.stale = True
             self.add_class("-stale")
             self.say("hub lost — reconnecting", severity="warning", timeout=4)
         self._set_text("#title", stale_line(age_s, self._source_error()))
+
+    def _arm_stale_check(self, delay_s: float) -> None:
+        self.set_timer(max(delay_s, MIN_CHECK_S), self._check_stale)  # type: ignore[attr-defined]
 
     def _recovered(self) -> None:
         if not self.stale:

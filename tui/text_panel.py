@@ -89,13 +89,25 @@ class TextPanel(Static):
             return
         self._text = Text(text)
         regions = changed_regions(old, lines, self.content_size.width) if old is not None and self.is_mounted else None
-        if regions is None:
+        if regions is None and old is not None and self.is_mounted and self._same_height(old, lines):
+            self.refresh()  # a line that wraps changed, the panel's height did not: no relayout
+        elif regions is None:
             self.relayouts += 1
             self.refresh(layout=True)
         elif regions:
             self._stale_lines.update(region.y for region in regions)
             self._line_regions.update(region.translate(self.content_offset) for region in regions)
             self.refresh(*regions)
+
+    def _same_height(self, old: list[str], new: list[str]) -> bool:
+        """Whether the new lines, wrapped as Textual wraps them, take the rows the old ones took
+        (80 columns wrap the run line: a new step time there laid the whole screen out again)."""
+        width = self.content_size.width
+        if len(old) != len(new) or not width:
+            return False
+        heights = [visualize(self, Text("\n".join(lines)), markup=False).get_height(self.styles, width)
+                   for lines in (old, new)]
+        return heights[0] == heights[1]
 
     def _render_content(self) -> None:
         """Render again only the lines whose text changed, when that is all that did; else all."""
