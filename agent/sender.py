@@ -105,12 +105,16 @@ class Sender:
     def _pump(self, sock: socket.socket, closing: bool) -> None:
         """Collect and send the ready steps piece by piece, pausing between pieces (PIECE_MESSAGES)."""
         piece = max(PIECE_MESSAGES, -(-self._steps_pending() // PIECES_PER_WAKE))
+        pieces = 0
         while True:
+            pieces += 1
             collected = self._collect(final=closing, limit=piece)
             while self._queue and not self._past_deadline():
                 self._send_batch(sock)
             if collected < piece or self._past_deadline():
                 return
+            if pieces >= PIECES_PER_WAKE and not closing:
+                return  # steps that came meanwhile wait for the next wake-up (the loop checks its link then)
             time.sleep(PIECE_PAUSE_S)
 
     def _past_deadline(self) -> bool:

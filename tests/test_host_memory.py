@@ -32,3 +32,13 @@ def test_a_meminfo_without_available_memory_says_nothing(tmp_path: Path) -> None
     full = tmp_path / "full"
     full.write_text("MemTotal: 1000 kB\nMemAvailable: 600 kB\nSwapTotal: 200 kB\nSwapFree: 50 kB\nHugePages_Total: 0\n")
     assert memory_bytes(str(full)) == (400 * 1024, 1000 * 1024, 150 * 1024, 200 * 1024)
+
+
+def test_a_container_view_with_more_available_than_total_takes_free_memory(tmp_path: Path) -> None:
+    # an LXCFS view can say MemAvailable > MemTotal: used would go negative; psutil takes MemFree then
+    lxc = tmp_path / "meminfo"
+    lxc.write_text("MemTotal: 1000000 kB\nMemFree: 200000 kB\nMemAvailable: 3000000 kB\n"
+                   "SwapTotal: 100 kB\nSwapFree: 400 kB\n")
+    used, total, swap_used, swap_total = memory_bytes(str(lxc))
+    assert (used, total) == (800000 * 1024, 1000000 * 1024)
+    assert (swap_used, swap_total) == (0, 100 * 1024)  # never negative either

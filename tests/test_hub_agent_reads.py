@@ -95,13 +95,13 @@ def test_without_the_pause_each_write_is_read_as_it_comes(served: tuple[Hub, Hub
     assert len(reads) > 3, reads
 
 
-@pytest.mark.parametrize(("raw", "expected"), [(None, 0.0), ("", 0.0), ("0.5", 0.5), (" 2 ", 2.0), ("0", 0.0)])
+@pytest.mark.parametrize(("raw", "expected"), [(None, 0.0), ("", 0.0), ("0.5", 0.5), (" 2 ", 2.0), ("0", 0.0), ("0.001", 0.001)])
 def test_the_pause_is_off_unless_the_environment_asks(raw: str | None, expected: float) -> None:
     environ = {} if raw is None else {AGENT_READ_PAUSE_ENV: raw}
     assert agent_read_pause_s(environ) == expected
 
 
-@pytest.mark.parametrize("raw", ["nan", "inf", "-1", "9", "half", "\x1b[31m1"])
+@pytest.mark.parametrize("raw", ["nan", "inf", "-1", "9", "half", "\x1b[31m1", "1e-320", "0.0005"])
 def test_a_bad_pause_is_refused_in_one_line(raw: str, caplog: pytest.LogCaptureFixture) -> None:
     assert agent_read_pause_s({AGENT_READ_PAUSE_ENV: raw}) == 0.0
     lines = [record.getMessage() for record in caplog.records]

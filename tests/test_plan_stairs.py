@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from gpumix.plan.planner import PlanRequest, RankMeasure, plan
 from gpumix.plan.stairs import learned_tile, pass_work, with_stairs
@@ -79,3 +80,13 @@ def test_a_tier_shares_the_tile_one_of_its_ranks_showed() -> None:
     truth_s = stair_s(168, 84, 16, 800.0)  # 168 on rank 1 as factorize runs it with that tile: 2 x 84
     assert abs(read[1].compute_curve().time_s(168) - truth_s) / truth_s < 0.02
     assert read[2].compute_curve() == ranks[2].compute_curve()
+
+
+def test_a_tier_mate_without_a_measured_split_keeps_its_estimate() -> None:
+    # rank 0 shows 16-sample stairs; rank 1 of its tier runs nothing yet and has no earlier split:
+    # the tier's tile must not give it a curve from no points (ValueError: the plan failed)
+    a = measure(0, "4090", (168, 56), (96, 96), 16, 800.0)
+    b = replace(measure(1, "4090", (176, 88), (96, 96), 16, 800.0), current_samples=0, compute_points=())
+    result = plan([a, b], PlanRequest(global_batch=448, gradient_bytes=1e6, granularity=4, max_micro_batch=133,
+                                      exclude=frozenset({1})))
+    assert sum(r.samples for r in result.ranks) == 448 and result.ranks[1].samples == 0

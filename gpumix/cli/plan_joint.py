@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpumix.plan.inputs import measures
+from gpumix.plan.memory import effective_max_k, micro_batch_cap
 from gpumix.plan.prediction import hindsight_error
+from gpumix.plan.split_types import PlanRequest
+from gpumix.plan.stairs import with_stairs
 from gpumix.power.budget import gpu_power_from_snapshot
 from gpumix.power.joint import (
     MAX_DP_WORK,
@@ -32,7 +35,9 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     if plan["global_batch"] % max(1, granularity) or units > MAX_UNITS or len(plan["ranks"]) * units**2 > MAX_DP_WORK:
         return JointOffer(False, f"not searched: the batch is {plan['global_batch']} / {granularity} samples, at most"
                                  f" {MAX_UNITS} whole units are (use --granularity)").to_json()
-    ranks_now = {m.gpu_uuid: m for m in measures(snapshot, job) if m.gpu_uuid}
+    # the planner's own view of each rank: its stairs learned, its memory's micro-batch cap
+    request = PlanRequest(global_batch=plan["global_batch"], gradient_bytes=0.0, granularity=max(1, granularity))
+    ranks_now = {m.gpu_uuid: m for m in with_stairs(measures(snapshot, job), request) if m.gpu_uuid}
     planned = {r["gpu_uuid"]: r["samples"] for r in plan["ranks"] if r.get("samples")}
     gpus = gpu_power_from_snapshot(snapshot)
     taking = [g for g in gpus if g.uuid in planned and g.uuid in ranks_now]
@@ -44,7 +49,7 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     for g in taking:
         ranks.append(JointRank(index=g.index, compute=ranks_now[g.uuid].compute_curve(), cap_w=g.cap_w, min_w=g.min_w,
                                max_w=max(g.cap_w, g.default_w), power=g.power_curve(),
-                               upper_samples=plan["global_batch"]))
+                               upper_samples=_most_samples(ranks_now[g.uuid], request)))
     # split then fit, by the same model: the plan's split held, the least slowest compute under the budget
     held = [JointRank(r.index, r.compute, r.cap_w, r.min_w, r.max_w, r.power, planned[g.uuid], planned[g.uuid])
             for r, g in zip(ranks, taking, strict=True)]
@@ -56,3 +61,11 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
                         comm_s, error, fixed_w)
     return {**offer.to_json(), "split_then_fit_step_s": serial.compute_s + comm_s, "budget_w": budget_w,
             "gpu_indices": [g.index for g in taking]}
+
+
+def _most_samples(measure: Any, request: PlanRequest) -> int:
+    """The most samples a rank's memory allows in one step: its micro-batch cap times the accumulation
+    steps (the planner's bound: without it the search handed a fast rank nearly the whole batch)."""
+    cap = micro_batch_cap(measure, request)
+    most = cap * effective_max_k(request) if cap else request.global_batch
+    return max(1, min(request.global_batch, most))

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 READ_BYTES = 1 << 16  # the most one read takes; the cutter holds at most one incomplete frame besides a read
 AGENT_READ_PAUSE_ENV = "GPUMIX_HUB_AGENT_READ_PAUSE_S"
 MAX_AGENT_READ_PAUSE_S = 5.0
+MIN_AGENT_READ_PAUSE_S = 0.001
 IDLE_ROUNDS = 10  # empty rounds in a row before an agent's socket is left reading (ReadRounds)
 
 
@@ -53,9 +54,10 @@ def agent_read_pause_s(environ: dict[str, str] | os._Environ[str] = os.environ) 
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not 0.0 <= value <= MAX_AGENT_READ_PAUSE_S:  # NaN fails too
-        log.warning("hub: %s must be seconds from 0 to %g, got %r: the pause stays off", AGENT_READ_PAUSE_ENV,
-                    MAX_AGENT_READ_PAUSE_S, raw[:40])
+    # NaN fails too; a period under a millisecond is no round (1e-320 made the round's number infinite)
+    if not (value == 0.0 or MIN_AGENT_READ_PAUSE_S <= value <= MAX_AGENT_READ_PAUSE_S):
+        log.warning("hub: %s must be 0 or seconds from %g to %g, got %r: the pause stays off", AGENT_READ_PAUSE_ENV,
+                    MIN_AGENT_READ_PAUSE_S, MAX_AGENT_READ_PAUSE_S, raw[:40])
         return 0.0
     return value
 

@@ -52,13 +52,18 @@ def memory_bytes(meminfo: str = MEMINFO) -> tuple[int, int, int, int] | None:
     try:
         with open(meminfo, encoding="ascii") as file:
             fields = {name: int(rest.split()[0]) * 1024 for name, _, rest in (line.partition(":") for line in file)
-                      if name in ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")}
+                      if name in ("MemTotal", "MemAvailable", "MemFree", "SwapTotal", "SwapFree")}
     except (OSError, ValueError, IndexError):
         return None
-    if len(fields) < 4:
+    if not {"MemTotal", "MemAvailable", "SwapTotal", "SwapFree"} <= fields.keys():
         return None
-    return (fields["MemTotal"] - fields["MemAvailable"], fields["MemTotal"],
-            fields["SwapTotal"] - fields["SwapFree"], fields["SwapTotal"])
+    total, available = fields["MemTotal"], fields["MemAvailable"]
+    if available > total:  # a container's LXCFS view can say so; psutil then takes MemFree, as here
+        available = fields.get("MemFree", total)
+    swap_total = fields["SwapTotal"]
+    swap_used = swap_total - fields["SwapFree"]
+    # within [0, total] whatever the file says: it is read from outside the process
+    return (min(max(total - available, 0), total), total, min(max(swap_used, 0), swap_total), swap_total)
 
 
 class HostSampler:

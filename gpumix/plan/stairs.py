@@ -69,7 +69,7 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
     found = []
     for m in measures:
         tile = by_tier.get(m.tier, 1) if m.tier is not None else tiles[m.rank]
-        if tile > max(1, request.granularity):
+        if tile > max(1, request.granularity) and m.measured_points():  # no point (no split yet): its estimate stays
             curve = tiled_curve(m.measured_points(), tile, micro_batch_cap(m, request), effective_max_k(request),
                                 (m.current_samples, m.micro_batch))
             m = replace(m, tiled_curve=curve, tile_samples=tile)

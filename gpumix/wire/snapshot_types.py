@@ -304,7 +304,7 @@ class Snapshot(TypedDict):
     tiers: NotRequired[list[TierRow]]
     jobs: NotRequired[dict[str, JobRow]]
     power_layout: NotRequired[dict[str, Any] | None]  # the rig's supplies and circuits (gpumix.power.supplies)
-    # per GPU index, the compute measured at caps other than its cap now (gpumix.hub.cap_samples): the
+    # per GPU UUID, the compute measured at caps other than its cap now (gpumix.hub.cap_samples): the
     # fit's and the joint offer's learned curves; absent while no cap has changed
     power_points: NotRequired[dict[str, list[dict[str, Any]]]]
 
