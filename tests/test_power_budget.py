@@ -137,7 +137,7 @@ def test_to_json_shape() -> None:
     data = fit_to_budget(demo_gpus(), 2800).to_json()
     assert set(data) == {"budget_w", "caps_before_w", "caps_after_w", "step_before_s", "step_after_s",
                          "throughput_kept", "gpus"}
-    assert set(data["gpus"][0]) == {"index", "uuid", "tier", "old_w", "new_w", "reason", "basis"}
+    assert set(data["gpus"][0]) == {"index", "uuid", "tier", "old_w", "new_w", "reason", "basis", "above_stock"}
 
 
 @st.composite

@@ -252,4 +252,5 @@ def print_fit(fit: dict[str, Any], as_json: bool, dry_run: bool) -> None:
           f" predicted throughput kept {100 * fit['throughput_kept']:.1f} %"
           + (" (dry run: nothing changed)" if dry_run else ""))
     for p in fit["gpus"]:
-        print(f"  GPU {p['index']} {p['tier']:<14} {p['old_w']:>5.0f} -> {p['new_w']:>5.0f} W  {p['reason']}")
+        above = f" ({p['above_stock_curve']})" if p.get("above_stock") and p.get("above_stock_curve") else ""
+        print(f"  GPU {p['index']} {p['tier']:<14} {p['old_w']:>5.0f} -> {p['new_w']:>5.0f} W  {p['reason']}{above}")

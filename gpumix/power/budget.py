@@ -7,6 +7,13 @@ itself, so the fast tier of a mixed box usually gives up watts first.
 Throughput under a cap follows the step model's power curve (gpumix.model.step_model.PowerCurve):
 learned from the caps a card has run at where the hub has such points, else the prior
 min(1, (cap/default)^0.25); each proposal says which (its basis).
+A card in the running job may be raised above its stock (default) limit, up to its maximum settable
+limit, where the budget leaves room and it paces the job. The step model's curve is flat there (the
+prior is at most 1, and nothing above stock is measured), so the fit assumes the prior's shape,
+(cap/top)^ABOVE_STOCK_EXPONENT, beyond top = the higher of the default limit and the highest measured
+cap. Such a fit is kept only where every card in the job has a learned curve (the watts a raise takes
+come from cuts whose cost is then measured) and it is predicted RAISE_MIN_GAIN faster than the fit
+that only cuts; else the fit only cuts (docs/power.md, "Caps above stock").
 """
 
 from __future__ import annotations
@@ -19,6 +26,11 @@ from gpumix.model.step_model import Basis, PowerCurve
 
 STEP_W = 5.0
 MAX_POWER_POINTS = 32  # caps per card the fit reads (the hub keeps at most as many)
+ABOVE_STOCK_EXPONENT = 0.25  # assumed speed ~ cap^this above stock: the prior's shape (half of it gained less)
+# a fit that raises a card is kept only where it is predicted this much faster than the one that
+# does not, and only where every card in the job has a learned curve (its cuts' costs are measured)
+RAISE_MIN_GAIN = 0.01
+ABOVE_STOCK_CURVE = f"above stock: assumed throughput x (cap/stock)^{ABOVE_STOCK_EXPONENT:g}, not measured"
 
 
 class BudgetError(ValueError):
@@ -61,10 +73,12 @@ class CapProposal:
     new_w: float
     reason: str
     basis: Basis = Basis()
+    above_stock: bool = False  # new_w is above the card's default limit (the fit raised it there)
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "uuid": self.uuid, "tier": self.tier, "old_w": self.old_w,
-                "new_w": self.new_w, "reason": self.reason, "basis": self.basis.to_json()}
+                "new_w": self.new_w, "reason": self.reason, "basis": self.basis.to_json(),
+                "above_stock": self.above_stock, **({"above_stock_curve": ABOVE_STOCK_CURVE} if self.above_stock else {})}
 
 
 @dataclass(frozen=True)
@@ -86,15 +100,51 @@ class BudgetFit:
         }
 
 
+def _relative_time(gpu: GpuPower, cap_w: float) -> float:
+    """Compute time at cap_w over that at top (the higher of the default limit and the highest
+    measured cap): the step model's curve up to top, the assumed shape above it."""
+    curve = gpu.power_curve()
+    top_w = max([gpu.default_w, *(c for c, _ in curve.points)])
+    if cap_w <= top_w:
+        return curve.time_ratio(top_w, cap_w)
+    return (top_w / cap_w) ** ABOVE_STOCK_EXPONENT
+
+
+def _time_ratio(gpu: GpuPower, from_w: float, to_w: float) -> float:
+    """Compute seconds at to_w over those at from_w (>1: slower)."""
+    return _relative_time(gpu, to_w) / _relative_time(gpu, from_w)
+
+
 def _compute_at(gpu: GpuPower, cap_w: float) -> float | None:
     if gpu.compute_s is None:
         return None
-    return gpu.compute_s * gpu.power_curve().time_ratio(gpu.cap_w, cap_w)
+    return gpu.compute_s * _time_ratio(gpu, gpu.cap_w, cap_w)
 
 
 def _kept_at(gpu: GpuPower, from_w: float, to_w: float) -> float:
     """Throughput kept going from one cap to another (1: nothing lost)."""
-    return 1.0 / gpu.power_curve().time_ratio(from_w, to_w)
+    return 1.0 / _time_ratio(gpu, from_w, to_w)
+
+
+def _upper_w(gpu: GpuPower, raise_above_stock: bool) -> float:
+    """Where the fit starts a card: its cap in force (at most its maximum), or, for a card in the job
+    when raising is allowed, its maximum settable limit (only where that is known)."""
+    stock = min(gpu.cap_w, gpu.max_w) if math.isfinite(gpu.max_w) else gpu.cap_w
+    if raise_above_stock and gpu.compute_s is not None and math.isfinite(gpu.max_w) and gpu.max_w > stock:
+        return gpu.max_w
+    return stock
+
+
+def _lower_idle_raises(in_job: list[GpuPower], caps: dict[int, float], step_w: float) -> None:
+    """A card left above its cap in force that does not pace the job gains nothing there: back down
+    toward that cap while the job's step stays as it is."""
+    for gpu in in_job:
+        while caps[gpu.index] > gpu.cap_w + 1e-9:
+            trial = dict(caps)
+            trial[gpu.index] = max(gpu.cap_w, caps[gpu.index] - step_w)
+            if (_job_step(in_job, trial) or 0.0) > (_job_step(in_job, caps) or 0.0) + 1e-12:
+                break
+            caps[gpu.index] = trial[gpu.index]
 
 
 def _job_step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
@@ -110,15 +160,27 @@ def _standalone_loss(gpu: GpuPower, caps: dict[int, float], cut_w: float, weight
     return weight * (1.0 - _kept_at(gpu, caps[gpu.index], caps[gpu.index] - cut_w))
 
 
-def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W) -> BudgetFit:
+def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W,
+                  raise_above_stock: bool = True) -> BudgetFit:
+    """Caps whose sum is within budget_w at the least predicted cost; with raise_above_stock, cards in
+    the job start at their maximum limit and are cut from there (never above budget_w or the maximum)."""
     if budget_w <= 0:
         raise BudgetError(f"the budget must be positive, got {budget_w:g} W")
     floor = sum(gpu.min_w for gpu in gpus)
     if budget_w < floor:
         raise BudgetError(f"a {budget_w:.0f} W budget is below the sum of the cards' minimum caps ({floor:.0f} W)")
+    if raise_above_stock:
+        return _fit_raising(gpus, budget_w, step_w)
+    return _fit(gpus, budget_w, step_w, raise_above_stock=False)
+
+
+def _fit(gpus: list[GpuPower], budget_w: float, step_w: float, raise_above_stock: bool) -> BudgetFit:
+    """Cards give up watts in steps, each from the card whose cut costs least, from their caps in force
+    (or, raising, from their maximum limits) until the budget holds."""
     caps = {gpu.index: min(gpu.cap_w, gpu.max_w) for gpu in gpus}
     in_job = [gpu for gpu in gpus if gpu.compute_s is not None]
     step_before = _job_step(in_job, caps) if in_job else None
+    caps = {gpu.index: _upper_w(gpu, raise_above_stock and bool(in_job)) for gpu in gpus}
     total_default = sum(gpu.default_w for gpu in gpus) or 1.0
     lowest_w = {gpu.index: _lowest_measured_w(gpu) for gpu in gpus}
     while sum(caps.values()) > budget_w + 1e-9:
@@ -144,6 +206,7 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
             break
         gpu = best[1]
         caps[gpu.index] -= min(step_w, caps[gpu.index] - gpu.min_w, sum(caps.values()) - budget_w)
+    _lower_idle_raises(in_job, caps, step_w)
     # Cut caps are proposed in 0.1 W: rounded down, never up, so they still fit the budget (and stay >= the minimum).
     caps = {g.index: caps[g.index] if caps[g.index] == min(g.cap_w, g.max_w)
             else min(caps[g.index], max(g.min_w, math.floor(round(caps[g.index] * 10, 6)) / 10)) for g in gpus}
@@ -153,8 +216,20 @@ def fit_to_budget(gpus: list[GpuPower], budget_w: float, step_w: float = STEP_W)
     else:
         kept = sum(_kept_at(g, g.cap_w, caps[g.index]) * g.default_w for g in gpus) / total_default
     proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps, in_job),
-                             g.power_curve().basis()) for g in gpus]
+                             g.power_curve().basis(), caps[g.index] > g.default_w + 1e-9) for g in gpus]
     return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()), step_before, step_after, kept, proposals)
+
+
+def _fit_raising(gpus: list[GpuPower], budget_w: float, step_w: float) -> BudgetFit:
+    """The fit that may raise cards in the job, where it is worth it: else the one that only cuts."""
+    kept = fit_to_budget(gpus, budget_w, step_w, raise_above_stock=False)
+    in_job = [g for g in gpus if g.compute_s is not None]
+    if not in_job or kept.step_after_s is None or any(len(g.power_curve().points) < 2 for g in in_job):
+        return kept
+    raised = _fit(gpus, budget_w, step_w, raise_above_stock=True)
+    if raised.step_after_s is not None and raised.step_after_s < kept.step_after_s * (1.0 - RAISE_MIN_GAIN):
+        return raised
+    return kept
 
 
 def _lowest_measured_w(gpu: GpuPower) -> float:
@@ -167,6 +242,9 @@ def _reason(gpu: GpuPower, caps: dict[int, float], in_job: list[GpuPower]) -> st
     new = caps[gpu.index]
     if abs(new - gpu.cap_w) < 1e-9:
         return "unchanged: every watt it would give up costs more than another card's"
+    if new > gpu.cap_w:
+        return (f"raised {new - gpu.cap_w:.0f} W (at most its {gpu.max_w:.0f} W maximum): it paces the job"
+                " and the budget has room")
     if gpu.compute_s is None:
         return "not in the running job: its watts cost the job nothing" if in_job else (
             f"gives up {gpu.cap_w - new:.0f} W at a {100 * (1 - _kept_at(gpu, gpu.cap_w, new)):.1f} % throughput cost")

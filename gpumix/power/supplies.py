@@ -128,13 +128,13 @@ def fit_to_layout(gpus: list[GpuPower], layout: PowerLayout, total_budget_w: flo
         scale = max(coefficients) if excess > 0.5 else min(coefficients)
         current = [replace(by_index[g], cap_w=caps[g]) for g in members]
         target = max(sum(caps[g] for g in members) - max(excess / scale, 0.1), sum(by_index[g].min_w for g in members))
-        fit = fit_to_budget(current, target)
+        fit = fit_to_budget(current, target, raise_above_stock=False)
         for proposal in fit.proposals:
             caps[proposal.index] = proposal.new_w
     else:
         raise BudgetError("the supplies' and circuits' budgets could not all be met")
     if total_budget_w is not None and sum(caps.values()) > total_budget_w:
-        fit = fit_to_budget([replace(g, cap_w=caps[g.index]) for g in gpus], total_budget_w)
+        fit = fit_to_budget([replace(g, cap_w=caps[g.index]) for g in gpus], total_budget_w, raise_above_stock=False)
         caps.update({p.index: p.new_w for p in fit.proposals})
     kept = _kept(gpus, caps)
     proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps[g.index], layout),
