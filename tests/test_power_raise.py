@@ -31,6 +31,7 @@ def test_the_pacing_card_is_raised_to_its_maximum_with_watts_the_waiting_card_gi
     rows = {row["index"]: row for row in fit.to_json()["gpus"]}
     assert rows[0]["above_stock"] is True and rows[0]["above_stock_curve"] == ABOVE_STOCK_CURVE
     assert rows[0]["basis"]["curve"] == "learned" and rows[0]["reason"].startswith("raised 30 W")
+    assert "above its 170 W stock cap (the gain there is assumed, not measured)" in rows[0]["reason"]  # the dialog says so
     assert rows[1]["above_stock"] is False and "above_stock_curve" not in rows[1]
 
 

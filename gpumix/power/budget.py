@@ -243,7 +243,9 @@ def _reason(gpu: GpuPower, caps: dict[int, float], in_job: list[GpuPower]) -> st
     if abs(new - gpu.cap_w) < 1e-9:
         return "unchanged: every watt it would give up costs more than another card's"
     if new > gpu.cap_w:
-        return (f"raised {new - gpu.cap_w:.0f} W (at most its {gpu.max_w:.0f} W maximum): it paces the job"
+        stock = (f", above its {gpu.default_w:.0f} W stock cap (the gain there is assumed, not measured)"
+                 if new > gpu.default_w + 0.5 else "")
+        return (f"raised {new - gpu.cap_w:.0f} W (at most its {gpu.max_w:.0f} W maximum){stock}: it paces the job"
                 " and the budget has room")
     if gpu.compute_s is None:
         return "not in the running job: its watts cost the job nothing" if in_job else (
