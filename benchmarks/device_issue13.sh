@@ -6,6 +6,7 @@
 #   PART=b: the agent's per-step cost (1 ms steps and empty steps, a CUDA loss, no hub and a live hub,
 #           alternated), DDP steps with and without the agent (paired, one rank, NCCL), the 10-GPU
 #           demo's dashboard attached to `gpumix hub --demo` and with its hub in-process.
+#   PART=demo: the demo's dashboards of PART=b alone.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -66,6 +67,10 @@ if [ "$PART" = hub ]; then
     --out "$WORK/hub_latency_plain.json"
   step 40 "hub latency, rounds" $ROUNDS $PY $REPO/benchmarks/bench_hub.py --skip-ingest --latency-agents 10 --rate 20 \
     --latency-seconds 10 --out "$WORK/hub_latency_rounds.json"
+fi
+
+if [ "$PART" = demo ]; then
+  demo_dashboards 50 "$PY" "$REPO/benchmarks/bench_tui.py" --repeats 2 --seconds 8 --warmup "$WARM"
 fi
 
 if [ "$PART" = b ]; then
