@@ -33,6 +33,7 @@ from gpumix.hub.supervised import (
 from gpumix.hw.hardware import Hardware
 from gpumix.hw.host import HostSampler
 from gpumix.hw.types import P2PLink
+from gpumix.power.budget import same_cap
 from gpumix.power.caps import PowerController
 
 __all__ = [  # the hub's public names, wherever their part now lives
@@ -306,7 +307,7 @@ def _off_cap_points(points: dict[str, list[dict[str, Any]]],
     result = {}
     for uuid, rows in points.items():
         cap_w = caps_w.get(uuid)
-        kept = [row for row in rows if cap_w is None or abs(row["cap_w"] - cap_w) >= 0.5]
+        kept = [row for row in rows if cap_w is None or not same_cap(row["cap_w"], cap_w)]
         if kept:
             result[uuid] = kept
     return result

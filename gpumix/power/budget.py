@@ -33,6 +33,14 @@ RAISE_MIN_GAIN = 0.01
 ABOVE_STOCK_CURVE = f"above stock: assumed throughput x (cap/stock)^{ABOVE_STOCK_EXPONENT:g}, not measured"
 
 
+CAP_MATCH_W = 0.5  # caps are set in whole watts: two within half a watt are the same cap
+
+
+def same_cap(a_w: float, b_w: float) -> bool:
+    """Whether two caps are the same one (a point at the cap in force is that cap's live figure)."""
+    return abs(a_w - b_w) < CAP_MATCH_W
+
+
 class BudgetError(ValueError):
     """The budget cannot be met; str() is the one line shown."""
 
@@ -57,7 +65,7 @@ class GpuPower:
         points = list(self.power_points)
         ages = list(self.power_point_ages_s) if len(self.power_point_ages_s) == len(points) else [None] * len(points)
         if self.compute_s is not None:  # the cap in force, measured now: it replaces an older point there
-            kept = [(p, a) for p, a in zip(points, ages, strict=True) if abs(p[0] - self.cap_w) >= 0.5]
+            kept = [(p, a) for p, a in zip(points, ages, strict=True) if not same_cap(p[0], self.cap_w)]
             points, ages = [p for p, _ in kept], [a for _, a in kept]
             points.append((self.cap_w, self.compute_s))
             ages.append(0.0)
@@ -216,7 +224,7 @@ def _fit(gpus: list[GpuPower], budget_w: float, step_w: float, raise_above_stock
     else:
         kept = sum(_kept_at(g, g.cap_w, caps[g.index]) * g.default_w for g in gpus) / total_default
     proposals = [CapProposal(g.index, g.uuid, g.tier, g.cap_w, caps[g.index], _reason(g, caps, in_job),
-                             g.power_curve().basis(), caps[g.index] > g.default_w + 1e-9) for g in gpus]
+                             g.power_curve().basis(), _above_stock(g, caps[g.index])) for g in gpus]
     return BudgetFit(budget_w, sum(g.cap_w for g in gpus), sum(caps.values()), step_before, step_after, kept, proposals)
 
 
@@ -238,13 +246,18 @@ def _lowest_measured_w(gpu: GpuPower) -> float:
     return points[0][0] if len(points) >= 2 else -math.inf
 
 
+def _above_stock(gpu: GpuPower, cap_w: float) -> bool:
+    """A cap above the card's default limit: the fit raised it there (the proposal and its reason say so)."""
+    return cap_w > gpu.default_w + 1e-9
+
+
 def _reason(gpu: GpuPower, caps: dict[int, float], in_job: list[GpuPower]) -> str:
     new = caps[gpu.index]
     if abs(new - gpu.cap_w) < 1e-9:
         return "unchanged: every watt it would give up costs more than another card's"
     if new > gpu.cap_w:
         stock = (f", above its {gpu.default_w:.0f} W stock cap (the gain there is assumed, not measured)"
-                 if new > gpu.default_w + 0.5 else "")
+                 if _above_stock(gpu, new) else "")
         return (f"raised {new - gpu.cap_w:.0f} W (at most its {gpu.max_w:.0f} W maximum){stock}: it paces the job"
                 " and the budget has room")
     if gpu.compute_s is None:
@@ -296,7 +309,7 @@ def _own_points(gpu: GpuPower, rows: Any, samples: Any) -> list[tuple[float, flo
             continue
         cap_w, compute_s, age_s = row.get("cap_w"), row.get("compute_s"), row.get("age_s")
         if (_finite(cap_w) and _finite(compute_s) and compute_s > 0 and gpu.min_w - 1 <= cap_w <= gpu.max_w + 1
-                and abs(cap_w - gpu.cap_w) >= 0.5):
+                and not same_cap(cap_w, gpu.cap_w)):
             points.append((float(cap_w), float(compute_s), float(age_s) if _finite(age_s) else None))
     return points[:MAX_POWER_POINTS]
 
@@ -314,7 +327,7 @@ def _with_points(gpu: GpuPower, own: dict[int, list[tuple[float, float, float | 
     for other in gpus:
         theirs = own[other.index]
         if (other.index == gpu.index or other.tier != gpu.tier or other.compute_s is None or not theirs
-                or abs(other.cap_w - gpu.cap_w) >= 0.5):
+                or not same_cap(other.cap_w, gpu.cap_w)):
             continue
         scale = gpu.compute_s / other.compute_s
         return replace(gpu, power_points=tuple((c, t * scale) for c, t, _ in theirs),
