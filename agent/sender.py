@@ -1,16 +1,28 @@
 """The agent's background sender: one daemon thread that builds and sends the messages.
 
 The training thread never wakes it: it puts each ended step in the agent's ring (agent/step_ring.py)
-and goes on. Every PERIOD_S, while a hub is connected, this thread takes the ready steps through
+and goes on. Once a period, while a hub is connected, this thread takes the ready steps through
 `collect` (which builds their messages: CUDA values read, allocator and process figures), queues them
 (bounded, drop-oldest, counted) and sends them in batches of one write, piece by piece (_pump).
 With no hub it backs off and reconnects, and builds nothing: steps wait in the ring, the oldest overwritten once it is full.
 Nothing here can raise into, block, or grow inside the training loop.
+
+The period (send_period_s) is 1 s by default, the hub's tick and the dashboard's refresh: each write
+wakes the hub (issue 13: about 250 us of its CPU a write, most of its cost per rank), and a snapshot
+is read once a second anyway. The sends are aligned across processes: at multiples of the period on
+CLOCK_MONOTONIC (system-wide on Linux), so that the ranks of a machine write together and cost the hub
+one or a few wake-ups a period, not one each. Steps faster than the ring can hold over a period wake
+the sender earlier (_wait_s). close() still sends the last steps at once. Under `gpumix run` the
+period stays 0.1 s: the supervisor picks the step its ranks stop at from the steps reported, with
+0.5 s of margin (gpumix/run/restart.py STOP_MARGIN_S). GPUMIX_AGENT_SEND_PERIOD_S overrides it.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
+import math
+import os
 import select
 import socket
 import threading
@@ -19,12 +31,22 @@ from collections.abc import Callable
 from typing import Any
 
 from gpumix.wire import auth, protocol
+from gpumix.wire.plan_file import CONTROL_DIR_ENV
 
+log = logging.getLogger("gpumix.agent")
 QUEUE_MESSAGES = 1024
 SEND_TIMEOUT_S = 1.0  # a stopped hub fills the socket buffer: give up on it, don't wait
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
-PERIOD_S = 0.1  # how often the ready steps are collected and sent: ten wake-ups a second, not one a step
+PERIOD_S = 1.0  # how often the ready steps are collected and sent (send_period_s): the hub's tick
+SUPERVISED_PERIOD_S = 0.1  # under `gpumix run` (its restarts stop at a step within 0.5 s of the last reported)
+PERIOD_ENV = "GPUMIX_AGENT_SEND_PERIOD_S"
+MIN_PERIOD_S = 0.01
+MAX_PERIOD_S = 10.0
+# Sends land this long before each multiple of the period: the hub's optional read rounds
+# (gpumix/hub/agent_stream.py ReadRounds) resume the sockets at the multiples, and read them then.
+ALIGN_LEAD_S = 0.01
+FIRST_LOOK_S = 0.1  # until steps come, the sender looks this often: how fast they come decides its waits
 BATCH_MESSAGES = 64  # messages per write
 # The ready steps are built, encoded and written in pieces, with a pause between two pieces: while this
 # thread holds the GIL, a training thread that released it (a torch call, the CUDA copy of a step)
@@ -33,12 +55,37 @@ BATCH_MESSAGES = 64  # messages per write
 # for one piece at most (32 steps' messages built, encoded and written). At most PIECES_PER_WAKE pieces a
 # wake-up: fast steps make larger pieces, not more pauses, so that a wake-up stays well within PERIOD_S.
 PIECE_MESSAGES = 32
-PIECES_PER_WAKE = 8
+PIECES_PER_WAKE = 32  # a full ring (1024 steps) still goes in pieces of 32
 PIECE_PAUSE_S = 0.0002
 
 # collect(final, limit) -> the messages of the steps ready now, at most limit (None: all);
 # final: every step, the last one included. pending() -> the steps not collected yet (the newest among them).
 Collect = Callable[[bool, "int | None"], list[dict[str, Any]]]
+
+
+def send_period_s(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
+    """The send period: GPUMIX_AGENT_SEND_PERIOD_S when it is seconds in [MIN_PERIOD_S, MAX_PERIOD_S]
+    (anything else: one warning, and the default), else SUPERVISED_PERIOD_S under `gpumix run`, else PERIOD_S."""
+    default = SUPERVISED_PERIOD_S if environ.get(CONTROL_DIR_ENV) else PERIOD_S
+    raw = environ.get(PERIOD_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not MIN_PERIOD_S <= value <= MAX_PERIOD_S:  # NaN fails too
+        log.warning("gpumix agent: %s must be seconds from %g to %g, got %r: sending every %g s",
+                    PERIOD_ENV, MIN_PERIOD_S, MAX_PERIOD_S, raw[:40], default)
+        return default
+    return value
+
+
+def next_send_s(now_s: float, period_s: float) -> float:
+    """The next send time after now_s: ALIGN_LEAD_S before a multiple of the period, the same moments in
+    every process of the machine (a lead of at most a quarter of a short period)."""
+    lead = min(ALIGN_LEAD_S, period_s / 4)
+    return (math.floor((now_s + lead) / period_s + 1e-9) + 1) * period_s - lead
 
 
 def _closed_by_hub(sock: socket.socket) -> bool:
@@ -53,12 +100,17 @@ def _closed_by_hub(sock: socket.socket) -> bool:
 class Sender:
     def __init__(self, address: str, hello: Callable[[], dict[str, Any]], max_messages: int = QUEUE_MESSAGES,
                  collect: Collect | None = None, pending: Callable[[], int] | None = None,
-                 period_s: float = PERIOD_S) -> None:
+                 period_s: float | None = None) -> None:
         self.address = address
         self._hello = hello
         self._collect_steps = collect or (lambda final, limit: [])
         self._steps_pending = pending or (lambda: 0)
-        self.period_s = period_s
+        self.period_s = send_period_s() if period_s is None else period_s
+        # steps this many pending wake the sender before its period ends (the ring is max_messages long)
+        self._early_steps = max(1, max_messages // 2)
+        self._steps_per_s = 0.0  # how fast steps came since the last look (_wait_s)
+        self._seen_steps = False
+        self._looked_at_s = time.monotonic()
         self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_messages)
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -139,12 +191,13 @@ class Sender:
             if not self._queue and self._steps_pending() <= (0 if closing else 1):
                 if closing:
                     break
-                self._wait(self.period_s)
+                self._note_rate()  # no steps: no early wake-ups either
+                self._wait(self._wait_s())
                 continue
             if sock is None and time.monotonic() < retry_at:  # no hub: steps wait in the ring
                 if closing:
                     break
-                self._wait(min(self.period_s, retry_at - time.monotonic()))
+                self._wait(min(self._wait_s(), retry_at - time.monotonic()))
                 continue
             try:
                 if sock is not None and _closed_by_hub(sock):
@@ -153,6 +206,7 @@ class Sender:
                 if sock is None:
                     sock = self._connect()
                     backoff = BACKOFF_START_S
+                self._note_rate()
                 self._pump(sock, closing)
             except (OSError, ValueError, IndexError):
                 # hub absent, gone, stopped or slow: drop the connection, retry later
@@ -164,9 +218,26 @@ class Sender:
                 continue
             if closing:
                 break
-            self._wait(self.period_s)
+            self._wait(self._wait_s())
         if sock is not None:
             self._bye(sock)
+
+    def _note_rate(self) -> None:
+        """How fast steps came since the last look: the steps pending now over the time since."""
+        now, pending = time.monotonic(), self._steps_pending()
+        self._steps_per_s = pending / max(now - self._looked_at_s, 1e-3)
+        self._looked_at_s = now
+        self._seen_steps = self._seen_steps or pending > 0
+
+    def _wait_s(self) -> float:
+        """Until the next aligned send, or sooner when steps at the rate since the last look would fill
+        half the ring before it (at 1 s, steps faster than 512 a second: sent more often, not dropped);
+        FIRST_LOOK_S at most until the first step, whose rate is not known yet."""
+        now = time.monotonic()
+        wait = next_send_s(now, self.period_s) - now
+        if self._steps_per_s * wait > self._early_steps:
+            wait = self._early_steps / self._steps_per_s
+        return wait if self._seen_steps else min(wait, FIRST_LOOK_S)
 
     def _wait(self, seconds: float) -> None:
         self._wake.wait(max(0.0, seconds))

@@ -77,8 +77,11 @@ class FixedHostSampler(HostSampler):
 
 @pytest.fixture(autouse=True)
 def private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The power audit log and runtime sockets of a test never touch the real home."""
+    """The power audit log and runtime sockets of a test never touch the real home. Agents send every
+    0.1 s (the default is 1 s: tests that wait for steps at a hub would wait up to a second more each);
+    tests of the default period unset it (tests/test_agent_send_period.py)."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    monkeypatch.setenv("GPUMIX_AGENT_SEND_PERIOD_S", "0.1")
 
 
 @pytest.fixture
