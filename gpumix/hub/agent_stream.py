@@ -1,9 +1,9 @@
 """An agent's stream on the hub, after its hello: its frames read many at a time, its steps handed to
 the hub in one call per read.
 
-An agent writes its steps in batches (agent/sender.py: one write every 0.1 s). After the hello, the
-connection's protocol is AgentProtocol: in the event loop's read callback, each read (what the kernel
-holds) is cut into whole frames (FrameCutter) and its steps go to the hub together (Hub.agent_steps:
+An agent writes its steps in batches (agent/sender.py: one write a period, 1 s by default, at the same
+moments for every rank; older agents every 0.1 s). After the hello, the connection's protocol is
+AgentProtocol: in the event loop's read callback, each read (what the kernel holds) is cut into whole frames (FrameCutter) and its steps go to the hub together (Hub.agent_steps:
 one lock, one clock reading). Before, each frame took two awaits of the stream reader, a task wake-up,
 a timer set and cancelled, and a lock (issue 13: the hub's CPU per rank was mostly that, per read).
 Nothing changes for the peer: frames count in order, those before a bad frame included; the bad one
