@@ -301,10 +301,13 @@ def test_measured_communication_replaces_the_link_model() -> None:
     request = PlanRequest(global_batch=640, gradient_bytes=1e8, measured_comm_s=0.40 - slowest)
     result = plan(measures, request)
     assert math.isclose(result.current.step_time_s, 0.40)
-    # A wait of 0.044 s is the last 25 MB bucket's share (26 %) of a 0.169 s all-reduce that the
-    # 0.237 s backward hides; the proposal's shorter compute hides less of it (the overlap prior).
-    allreduce_s = (0.40 - slowest) / (25 * 1024**2 / 1e8)
-    assert math.isclose(result.proposed.allreduce_s, allreduce_s - 2 / 3 * result.proposed.compute_s)
+    # A wait of 0.044 s is the last bucket's share (what 25 MiB buckets leave of 1e8 bytes: 21 %) of a
+    # 0.208 s all-reduce that the 0.237 s backward hides; the proposal's shorter compute hides less of
+    # it, after the first 25 MiB bucket (26 %) is produced (the overlap prior).
+    bucket = 25 * 1024**2
+    allreduce_s = (0.40 - slowest) / ((1e8 - 3 * bucket) / 1e8)
+    hidden_s = 2 / 3 * result.proposed.compute_s * (1 - bucket / 1e8)
+    assert math.isclose(result.proposed.allreduce_s, allreduce_s - hidden_s)
     assert result.proposed.allreduce_s > 0.40 - slowest
     # Leaving ranks out scales it by the link model: the slow-link tier's absence shortens it.
     slow_links = [RankMeasure(**{**m.__dict__, "link_bytes_per_s": 0.8e9 if i < 3 else 20e9})

@@ -123,7 +123,24 @@ def compute_estimate(points: Sequence[tuple[float, float]], ages_s: Sequence[flo
 # forward: how much of the all-reduce a backward can hide (priors, not measured).
 BUCKET_BYTES_PRIOR = 25 * 1024**2
 BACKWARD_SHARE_PRIOR = 2 / 3
-OVERLAP_PRIOR = "overlap prior: 25 MB buckets reduced during a backward of 2/3 of the compute"
+OVERLAP_PRIOR = ("overlap prior: 25 MB buckets reduced in order during a backward of 2/3 of the compute,"
+                 " each once produced")
+
+
+def bucket_shares(gradient_bytes: float) -> tuple[float, float]:
+    """(first, last) bucket's share of the gradient: DDP fills buckets of BUCKET_BYTES_PRIOR in the
+    order the backward produces them, the last one holding what is left."""
+    if gradient_bytes <= BUCKET_BYTES_PRIOR:
+        return 1.0, 1.0
+    rest = gradient_bytes - (math.ceil(gradient_bytes / BUCKET_BYTES_PRIOR) - 1) * BUCKET_BYTES_PRIOR
+    return BUCKET_BYTES_PRIOR / gradient_bytes, rest / gradient_bytes
+
+
+def hiding_s(slowest_compute_s: float, first_share: float) -> float:
+    """How much of an all-reduce longer than the backward the backward hides: the buckets are reduced
+    one after the other as the backward produces them, so none starts before the first bucket is
+    produced, and the wait is the all-reduce less the backward after that first bucket."""
+    return BACKWARD_SHARE_PRIOR * slowest_compute_s * (1 - first_share)
 
 
 @dataclass(frozen=True)
@@ -135,8 +152,9 @@ class CommModel:
     out shortens the all-reduce). The wait is not a constant: DDP reduces buckets while the backward
     runs, so a shorter slowest compute hides less. From the one measurement, the all-reduce's length:
     if the wait is no more than the last bucket's share of an all-reduce that the backward hides, it
-    is that tail; else it is the all-reduce less the backward. Without a measurement, the link prior
-    alone, all of it waited for."""
+    is that tail; else it is the all-reduce less the backward after the first bucket (hiding_s: no
+    bucket is reduced before it is produced). Without a measurement, the link prior alone, all of it
+    waited for."""
 
     gradient_bytes: float
     measured_s: float | None = None
@@ -152,14 +170,12 @@ class CommModel:
         scale = modelled / reference if reference > 0 else 1.0
         if self.measured_compute_s is None or slowest_compute_s is None:
             return self.measured_s * scale
-        tail_share = min(1.0, BUCKET_BYTES_PRIOR / self.gradient_bytes)
-        hidden_s = BACKWARD_SHARE_PRIOR * self.measured_compute_s
-        if self.measured_s / tail_share <= hidden_s:
-            allreduce_s = self.measured_s / tail_share  # the wait is the last bucket's
-        else:
-            allreduce_s = self.measured_s + hidden_s  # the backward hides what it can, the rest waits
-        floor_s = min(self.measured_s, tail_share * allreduce_s) * scale
-        return max(floor_s, allreduce_s * scale - BACKWARD_SHARE_PRIOR * slowest_compute_s)
+        first_share, last_share = bucket_shares(self.gradient_bytes)
+        allreduce_s = self.measured_s / last_share  # the wait is the last bucket's ...
+        if allreduce_s > BACKWARD_SHARE_PRIOR * self.measured_compute_s:  # ... unless the links lag the backward
+            allreduce_s = self.measured_s + hiding_s(self.measured_compute_s, first_share)
+        floor_s = min(self.measured_s, last_share * allreduce_s) * scale
+        return max(floor_s, allreduce_s * scale - hiding_s(slowest_compute_s, first_share))
 
     def basis(self, links: Sequence[float] | None = None) -> Basis:
         link = self.link_basis or LINK_PRIOR
