@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from gpumix import __version__
+from gpumix.cli.asyncio_without_ssl import import_asyncio_without_ssl
 from gpumix.cli.common import (
     DEFAULT_RETENTION_MINUTES,
     MAX_HISTORY_MINUTES,
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     check_flags(args)
     if args.replay:
+        load_asyncio_without_ssl(args)
         from gpumix.tui.replay import run_replay
 
         return run_replay(PROG, args)
@@ -180,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             return print_snapshot(client.snapshot(), args.json, text_summary, reason=failure_reason(client))
         return run_app(client, args)
     # the hub, NVML and the simulator load only here: a one-shot that attaches never needs them (issue 13)
+    load_asyncio_without_ssl(args)
     from gpumix.cli.hardware import RigError, open_hardware
     from gpumix.cli.node import demo_socket_path, start_node
     from gpumix.hub.connections import HubAlreadyRunning
@@ -216,7 +219,15 @@ def main(argv: list[str] | None = None) -> int:
             recorder.close()
 
 
+def load_asyncio_without_ssl(args: argparse.Namespace) -> None:
+    """Before Textual or the hub's server loads asyncio: without ssl unless a tls:// hub is asked for.
+    gpumix-top's loops never speak TLS, and ssl with OpenSSL is ~2-5 MB of RSS (asyncio_without_ssl.py)."""
+    if not any(auth.is_tls(address) for address in args.hub or []):
+        import_asyncio_without_ssl()
+
+
 def run_app(source: Any, args: argparse.Namespace) -> int:
+    load_asyncio_without_ssl(args)
     from gpumix.tui.app import GpumixApp  # textual loads only for the interactive monitor
 
     app = GpumixApp(source, interval_s=args.interval, theme=args.theme, readonly=args.readonly)

@@ -9,16 +9,19 @@ import contextlib
 import os
 import re
 import shutil
-import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpumix.hub.core import Hub
 from gpumix.hub.server import HubServer
 from gpumix.hw.hardware import Hardware
 from gpumix.wire.auth import UnixAccess
 from gpumix.wire.paths import runtime_dir
+
+if TYPE_CHECKING:  # a type only: ssl loads where TLS is used (~5 MB of RSS)
+    import ssl
 
 
 @dataclass

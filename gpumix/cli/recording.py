@@ -34,7 +34,7 @@ def resolve_record_flags(prog: str, args: argparse.Namespace) -> None:
     """--record-max-size without --record is refused, not dropped; the default size fills in."""
     if args.record_max_size is not None and not args.record:
         fail(prog, "--record-max-size needs --record FILE")
-    if args.record_max_size is None:
+    if args.record and args.record_max_size is None:  # sqlite3 and the recorder load only to record (~2 MB)
         from gpumix.record.recorder import DEFAULT_MAX_BYTES
 
         args.record_max_size = DEFAULT_MAX_BYTES

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import grp
 import pwd
-import ssl
 import sys
+from typing import TYPE_CHECKING
 
 from gpumix.cli.common import OneLineParser, fail
 from gpumix.wire import auth
 from gpumix.wire.paths import runtime_dir
+
+if TYPE_CHECKING:  # ssl loads only when --tls-cert asks for it (~5 MB of RSS otherwise)
+    import ssl
 
 
 def add_tcp_flags(parser: OneLineParser) -> None:
@@ -43,6 +46,8 @@ def tcp_settings(prog: str, args: argparse.Namespace
         fail(prog, f"cannot use the token: {error}")
     tls = None
     if args.tls_cert:
+        import ssl
+
         try:
             tls = auth.server_tls_context(args.tls_cert, args.tls_key)
         except (OSError, ssl.SSLError) as error:  # missing file, not PEM, key and certificate apart

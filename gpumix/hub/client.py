@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import socket
-import ssl
+import sys
 import threading
 from typing import Any
 
@@ -35,6 +35,17 @@ def printable(text: str, limit: int = 200) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text[:limit])
 
 
+def loaded_ssl() -> Any:
+    """The ssl module if this process loaded it, else None. ssl is imported only to open a tls:// hub
+    (auth.open_socket): without it no error can be a TLS one, and a Unix-socket client is ~5 MB lighter."""
+    return sys.modules.get("ssl")
+
+
+def is_tls_error(error: BaseException) -> bool:
+    ssl = loaded_ssl()
+    return ssl is not None and isinstance(error, ssl.SSLError)
+
+
 def describe_failure(address: str, error: BaseException) -> str:
     """Why the hub at `address` could not be read, in one line that says what to do."""
     if isinstance(error, HubRefused):
@@ -43,11 +54,12 @@ def describe_failure(address: str, error: BaseException) -> str:
         return f"{address}: the hub speaks TLS: use {address.replace(auth.TCP_SCHEME, auth.TLS_SCHEME, 1)}"
     if isinstance(error, auth.TokenError):
         return f"{address}: cannot use the token: {error}"
-    if isinstance(error, ssl.SSLCertVerificationError):
+    ssl = loaded_ssl()
+    if ssl is not None and isinstance(error, ssl.SSLCertVerificationError):
         return (f"{address}: the hub's TLS certificate is not trusted ({error.verify_message}):"
                 f" set {auth.TLS_CA_ENV} to its CA file (or its certificate)")
-    if isinstance(error, ssl.SSLError):
-        return (f"{address}: the TLS handshake failed ({error.reason or error}): if the hub does not speak TLS,"
+    if is_tls_error(error):
+        return (f"{address}: the TLS handshake failed ({getattr(error, 'reason', None) or error}): if the hub does not speak TLS,"
                 f" use {address.replace(auth.TLS_SCHEME, auth.TCP_SCHEME, 1)}")
     if isinstance(error, PermissionError) and not auth.is_tcp(address):
         return (f"{address}: permission denied: the socket belongs to another user"
@@ -143,7 +155,7 @@ class HubClient:
                     self.last_error = describe_failure(self.socket_path, error)
                     # said for good: a refusal, the wrong transport, a bad token or certificate, nonsense
                     final = isinstance(error, HubRefused | HubSpeaksTls | auth.TokenError | protocol.ProtocolError) \
-                        or (connecting and isinstance(error, ssl.SSLError))
+                        or (connecting and is_tls_error(error))
                     if attempt == 2 or final or _refused_at_once(error):
                         raise
         raise AssertionError("unreachable")

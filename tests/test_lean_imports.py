@@ -1,0 +1,191 @@
+"""What the dashboard, the clients and the agent leave unloaded (issue 13: the dashboard's RSS).
+
+OpenSSL (ssl with libssl, and hashlib/hmac with libcrypto) is ~5 MB of a ~48 MB dashboard: it loads
+only where TCP or TLS is used. asyncio imports ssl as it loads; gpumix-top loads asyncio with ssl
+blocked (gpumix/cli/asyncio_without_ssl.py), and a tls:// hub still works through the blocking client,
+which imports the real ssl when it connects. The recorder (sqlite3) loads only with --record.
+Checked in fresh interpreters and in a running gpumix-top's own memory map.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpumix.hub import Hub
+from gpumix.hub.server import HubServer
+from tests.conftest import FixedHostSampler
+from tests.test_remote_auth import TOKEN
+from tests.test_remote_tls import tls_hub  # noqa: F401  (a fixture: a TLS hub with a certificate for 127.0.0.1)
+
+REPO = Path(__file__).resolve().parent.parent
+OPENSSL_MODULES = {"ssl", "_ssl", "_hashlib", "hashlib", "hmac"}
+OPENSSL_FILES = ("libssl", "libcrypto", "/_ssl.", "/_hashlib.")
+
+
+def loaded_after(code: str) -> set[str]:
+    result = subprocess.run([sys.executable, "-c", f"{code}; import sys, json; print(json.dumps(sorted(sys.modules)))"],
+                            capture_output=True, text=True, check=True, cwd="/")
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("module", ["gpumix.tui.main", "gpumix.hub.client", "gpumix.wire.auth", "gpumix.cli.remote",
+                                    "gpumix.agent.sender"])
+def test_clients_the_tui_entry_and_the_agent_load_no_openssl(module: str) -> None:
+    loaded = loaded_after(f"import {module}")
+    assert not OPENSSL_MODULES & loaded, sorted(OPENSSL_MODULES & loaded)
+
+
+def test_the_record_flags_load_the_recorder_only_to_record() -> None:
+    code = ("import argparse; from gpumix.cli.recording import resolve_record_flags;"
+            " args = argparse.Namespace(record=None, record_max_size=None); resolve_record_flags('t', args)")
+    assert not {"sqlite3", "gpumix.record.recorder"} & loaded_after(code)
+    code = ("import argparse; from gpumix.cli.recording import resolve_record_flags;"
+            " args = argparse.Namespace(record='x.db', record_max_size=None); resolve_record_flags('t', args);"
+            " assert args.record_max_size > 0")
+    assert "gpumix.record.recorder" in loaded_after(code)  # with --record the default size fills in
+
+
+ASYNCIO_WITHOUT_SSL = """
+import json, os, sys, tempfile
+from gpumix.cli.asyncio_without_ssl import import_asyncio_without_ssl
+
+applied = import_asyncio_without_ssl()
+ssl_loaded_after_asyncio = "ssl" in sys.modules
+import asyncio
+
+async def echo_once(path):
+    async def serve(reader, writer):
+        writer.write(await reader.readexactly(5))
+        await writer.drain()
+        writer.close()
+    server = await asyncio.start_unix_server(serve, path)
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(b"hello")
+    answer = await reader.readexactly(5)
+    writer.close()
+    server.close()
+    return answer.decode()
+
+echo = asyncio.run(echo_once(os.path.join(tempfile.mkdtemp(), "s")))
+import ssl  # the real module: the block lasted only while asyncio loaded
+real_ssl = hasattr(ssl, "SSLContext")
+
+async def tls_through_asyncio():
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        await asyncio.open_connection("127.0.0.1", port, ssl=ssl.create_default_context())
+        return "connected"
+    except RuntimeError as error:
+        return str(error)
+    finally:
+        server.close()
+
+print(json.dumps([applied, ssl_loaded_after_asyncio, echo, real_ssl, asyncio.run(tls_through_asyncio())]))
+"""
+
+
+def test_asyncio_without_ssl_serves_plain_sockets_and_refuses_tls_loudly() -> None:
+    """The loops work on plain sockets; TLS through that asyncio raises, never sends in clear."""
+    result = subprocess.run([sys.executable, "-c", ASYNCIO_WITHOUT_SSL], capture_output=True, text=True, cwd="/",
+                            check=True)
+    applied, ssl_loaded, echo, real_ssl, tls = json.loads(result.stdout)
+    assert (applied, ssl_loaded, echo, real_ssl) == (True, False, "hello", True)
+    assert "ssl module not available" in tls
+
+
+def test_asyncio_without_ssl_leaves_a_process_that_already_has_them_alone() -> None:
+    code = ("import ssl, json; from gpumix.cli.asyncio_without_ssl import import_asyncio_without_ssl;"
+            " applied = import_asyncio_without_ssl(); import asyncio.base_events as b;"
+            " print(json.dumps([applied, b.ssl is ssl]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True)
+    assert json.loads(result.stdout) == [False, True]
+
+
+def test_a_tls_hub_is_read_and_controlled_after_asyncio_loaded_without_ssl(tls_hub: Any) -> None:  # noqa: F811
+    """The TLS path end to end (a real TLS listener, certificate checked) from a process whose asyncio
+    has no ssl: the blocking client imports ssl when it connects."""
+    hub, _, address, cert = tls_hub
+    code = ("import json, sys; from gpumix.cli.asyncio_without_ssl import import_asyncio_without_ssl;"
+            " applied = import_asyncio_without_ssl(); from gpumix.hub.client import HubClient;"
+            f" client = HubClient({address!r}, token={TOKEN!r}); snapshot = client.snapshot();"
+            " reply = client.control({'type': 'power', 'action': 'set', 'gpus': [2], 'watts': 150});"
+            " print(json.dumps([applied, len(snapshot['gpus']), reply['ok'], client.last_error]))")
+    env = {**os.environ, "GPUMIX_TLS_CA": str(cert)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env,
+                            check=True, timeout=60)
+    assert json.loads(result.stdout) == [True, 10, True, None]
+    assert hub.tick()["gpus"][2]["power_cap_w"] == pytest.approx(150)
+
+
+# -- a running gpumix-top's own memory map ----------------------------------------------------------------
+
+
+@pytest.fixture
+def unix_hub(demo_hardware: Any) -> Iterator[str]:
+    folder = Path(tempfile.mkdtemp(prefix="gmx", dir="/tmp"))
+    hub = Hub(demo_hardware, host_sampler=FixedHostSampler())
+    hub.tick()
+    server = HubServer(hub, str(folder / "hub.sock"))
+    server.start()
+    yield str(folder / "hub.sock")
+    server.stop()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def mapped_files_of_a_running_dashboard(args: list[str], drawn: bytes, timeout_s: float = 60.0) -> set[str]:
+    """Run gpumix-top in an 80x24 pseudo-terminal until its screen shows `drawn`, then the files mapped
+    into its memory (/proc/PID/maps) while it runs; it quits with q."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "GPUMIX_HUB": "/nonexistent/hub.sock"}  # never a user's hub
+    process = subprocess.Popen([sys.executable, "-m", "gpumix.tui.main", *args], stdin=slave, stdout=slave,
+                               stderr=slave, env=env, start_new_session=True, close_fds=True, cwd="/")
+    os.close(slave)
+    output = bytearray()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while drawn not in output and time.monotonic() < deadline and process.poll() is None:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    output += os.read(master, 65536)
+                except OSError:
+                    break
+        assert drawn in output, (process.poll(), bytes(output[-2000:]))
+        with open(f"/proc/{process.pid}/maps") as maps:
+            files = {line.split()[-1] for line in maps if "/" in line}
+        os.write(master, b"q")
+        process.wait(timeout=20)
+        return files
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+
+
+def test_the_dashboard_attached_to_a_hub_maps_no_openssl(unix_hub: str) -> None:
+    files = mapped_files_of_a_running_dashboard(["--hub", unix_hub, "--interval", "1"], drawn=b"3090")
+    assert not [path for path in files if any(part in path for part in OPENSSL_FILES)]
+    assert any("/_asyncio." in path for path in files)  # it did run its event loop
+
+
+def test_the_dashboard_with_a_hub_of_its_own_maps_no_sqlite_without_record() -> None:
+    files = mapped_files_of_a_running_dashboard(["--sim", str(REPO / "benchmarks" / "rig_1gpu.toml"), "--interval", "1"],
+                                                drawn=b"4090")
+    assert not [path for path in files if "sqlite" in path]
