@@ -263,8 +263,12 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float | None) -> dict[str, Any]
         micro = [r.micro_batch for r in plan.ranks]
         measured = job.run(counts, micro, stock)
         restarts += 1
-        mean_s = step_s(world, counts, stock, micro)
-        plans.append({"counts": counts, "predicted_step_s": plan.proposed.step_time_s,
+        mean = world.mean_step(counts, stock, micro)
+        mean_s = mean.step_s
+        # the step's two parts, the model's against the world's mean (what a prediction error is made of)
+        parts = {"predicted_compute_s": plan.proposed.compute_s, "predicted_comm_s": plan.proposed.allreduce_s,
+                 "world_mean_compute_s": max(mean.compute_s), "world_mean_comm_s": mean.comm_wait_s}
+        plans.append({"counts": counts, "predicted_step_s": plan.proposed.step_time_s, **parts,
                       "measured_step_s": measured["measured_step_s"], "world_mean_step_s": mean_s,
                       "prediction_error": abs(plan.proposed.step_time_s - measured["measured_step_s"])
                       / measured["measured_step_s"]})

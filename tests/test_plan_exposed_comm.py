@@ -56,3 +56,14 @@ def test_a_measured_tail_is_the_last_bucket_what_is_left_of_the_gradient() -> No
         expected = pipeline_wait_s(compute_s, 0.10, gradient)
         assert math.isclose(predicted_wait_s(gradient, 0.10, 0.30, compute_s), expected, rel_tol=1e-9), compute_s
 
+
+
+def test_the_split_running_now_is_predicted_as_measured() -> None:
+    # Whatever wait was measured, the model's all-reduce gives it back at the compute it was measured
+    # at: 87.5 MiB in buckets of 2/7 and a last of 1/7, a wait between the two readings' crossing
+    # (a 0.1667 s all-reduce) and the backward (0.20 s) used to come back 44 % too long.
+    gradient, compute_s = 87.5 * MIB, 0.30
+    links = (1e9, 1e9)
+    for wait_s in (0.01, 0.18 / 7, 0.0257, 0.03, 0.1):
+        model = CommModel(gradient, measured_s=wait_s, measured_links=links, measured_compute_s=compute_s)
+        assert math.isclose(model.seconds(links, compute_s), wait_s, rel_tol=1e-9), wait_s

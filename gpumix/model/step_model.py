@@ -171,9 +171,9 @@ class CommModel:
         if self.measured_compute_s is None or slowest_compute_s is None:
             return self.measured_s * scale
         first_share, last_share = bucket_shares(self.gradient_bytes)
-        allreduce_s = self.measured_s / last_share  # the wait is the last bucket's ...
-        if allreduce_s > BACKWARD_SHARE_PRIOR * self.measured_compute_s:  # ... unless the links lag the backward
-            allreduce_s = self.measured_s + hiding_s(self.measured_compute_s, first_share)
+        # the all-reduce whose wait at the measured compute is the one measured: the last bucket's
+        # reduction, or (links slower than the backward) all of it less what the backward hid
+        allreduce_s = min(self.measured_s / last_share, self.measured_s + hiding_s(self.measured_compute_s, first_share))
         floor_s = min(self.measured_s, last_share * allreduce_s) * scale
         return max(floor_s, allreduce_s * scale - hiding_s(slowest_compute_s, first_share))
 
