@@ -134,9 +134,10 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
         profile.disable()
     if loss.device.type == "cuda":
         torch.cuda.synchronize()
-    connects, dropped, last_step = agent.sender.connects, agent.sender.dropped, agent.steps - 1
+    connects, last_step = agent.sender.connects, agent.steps - 1
     copies = agent.sampling.copies
     agent.close(timeout_s=5.0 if address != ABSENT else 0.1)
+    dropped = agent.dropped  # steps overwritten in the ring and messages dropped from the queue (was the queue's only)
     received = None
     if address != ABSENT:  # the hub got the steps: the connected case really was connected
         received = wait_until(lambda: hub_steps(address) == last_step, 30) and last_step
@@ -145,6 +146,7 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
     return {"mean_us": statistics.fmean(times) * 1e6, "median_us": statistics.median(times) * 1e6, "p90_us": times[int(0.90 * len(times))] * 1e6,
             "p99_us": times[int(0.99 * len(times))] * 1e6, "max_us": times[-1] * 1e6,
             "connects": connects, "dropped": dropped, "hub_last_step": received, "steps": steps,
+            "send_period_s": agent.sender.period_s,
             "device_copies": copies,
             # the steps that copied CUDA values and the others apart: which of them makes the tail
             "copying_steps": spread_us([t for t, c in zip(times_in_order, copied, strict=True) if c]),
