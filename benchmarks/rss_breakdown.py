@@ -33,7 +33,6 @@ from bench_tui import set_winsize, stop  # noqa: E402 (a sibling script, not a p
 
 MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$")
 ARENA_RESERVATION_KB = 64 * 1024  # glibc's HEAP_MAX_SIZE on 64-bit: a thread arena reserves this much
-THREAD_STACK_KB = 8 * 1024
 
 
 def read_mappings(pid: int) -> list[dict[str, Any]]:
@@ -59,7 +58,7 @@ def group(mappings: list[dict[str, Any]]) -> dict[str, int]:
     def add(kind: str, kb: int) -> None:
         groups[kind] = groups.get(kind, 0) + kb
 
-    previous_size = 0
+    previous_guard = False
     for index, mapping in enumerate(mappings):
         name, rss = mapping["name"], mapping["rss_kb"]
         following = mappings[index + 1] if index + 1 < len(mappings) else None
@@ -74,12 +73,11 @@ def group(mappings: list[dict[str, Any]]) -> dict[str, int]:
             add("anon thread malloc arenas", rss)
         elif mapping["size_kb"] == ARENA_RESERVATION_KB and mapping["perms"].startswith("rw"):
             add("anon thread malloc arenas", rss)
-        elif mapping["size_kb"] in (THREAD_STACK_KB, THREAD_STACK_KB + 4) or previous_size == 4 and \
-                mapping["size_kb"] >= THREAD_STACK_KB:
-            add("anon thread stacks", rss)
+        elif previous_guard and mapping["perms"].startswith("rw") and mapping["size_kb"] >= 1024:
+            add("anon thread stacks", rss)  # a thread's stack lies right above its 4 kB guard page
         else:
             add("anon other mmaps (pymalloc arenas, large objects)", rss)
-        previous_size = mapping["size_kb"] if mapping["perms"].startswith("---") else 0
+        previous_guard = mapping["perms"].startswith("---") and mapping["size_kb"] == 4
     return dict(sorted(groups.items(), key=lambda item: -item[1]))
 
 

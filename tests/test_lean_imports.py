@@ -189,3 +189,20 @@ def test_the_dashboard_with_a_hub_of_its_own_maps_no_sqlite_without_record() -> 
     files = mapped_files_of_a_running_dashboard(["--sim", str(REPO / "benchmarks" / "rig_1gpu.toml"), "--interval", "1"],
                                                 drawn=b"4090")
     assert not [path for path in files if "sqlite" in path]
+
+
+@pytest.mark.parametrize(("argv", "env_hub", "without_ssl"), [
+    ([], None, True), (["--hub", "/tmp/x.sock"], None, True), (["--hub", "tcp://127.0.0.1:9"], None, True),
+    (["--hub", "tls://127.0.0.1:9"], None, False), (["--hub", "/tmp/x.sock", "--hub", "tls://h:9"], None, False),
+    ([], "tls://127.0.0.1:9", False),
+])
+def test_gpumix_top_keeps_ssl_in_asyncio_where_a_tls_hub_is_named(argv: list[str], env_hub: str | None,
+                                                                   without_ssl: bool) -> None:
+    code = ("import json; from gpumix.tui.main import build_parser, load_asyncio_without_ssl;"
+            f" load_asyncio_without_ssl(build_parser().parse_args({argv!r})); import asyncio.base_events as b;"
+            " print(json.dumps(b.ssl is None))")
+    env = {key: value for key, value in os.environ.items() if key != "GPUMIX_HUB"}
+    if env_hub:
+        env["GPUMIX_HUB"] = env_hub
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env, check=True)
+    assert json.loads(result.stdout) is without_ssl
