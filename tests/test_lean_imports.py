@@ -30,7 +30,7 @@ from gpumix.hub import Hub
 from gpumix.hub.server import HubServer
 from tests.conftest import FixedHostSampler
 from tests.test_remote_auth import TOKEN
-from tests.test_remote_tls import tls_hub  # noqa: F401  (a fixture: a TLS hub with a certificate for 127.0.0.1)
+from tests.test_remote_tls import make_certificate, tls_hub  # noqa: F401  (tls_hub: a TLS hub's fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 OPENSSL_MODULES = {"ssl", "_ssl", "_hashlib", "hashlib", "hmac"}
@@ -148,12 +148,13 @@ def unix_hub(demo_hardware: Any) -> Iterator[str]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def mapped_files_of_a_running_dashboard(args: list[str], drawn: bytes, timeout_s: float = 60.0) -> set[str]:
+def mapped_files_of_a_running_dashboard(args: list[str], drawn: bytes, timeout_s: float = 60.0,
+                                        env: dict[str, str] | None = None) -> set[str]:
     """Run gpumix-top in an 80x24 pseudo-terminal until its screen shows `drawn`, then the files mapped
     into its memory (/proc/PID/maps) while it runs; it quits with q."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "GPUMIX_HUB": "/nonexistent/hub.sock"}  # never a user's hub
+    env = {**os.environ, "TERM": "xterm-256color", "GPUMIX_HUB": "/nonexistent/hub.sock", **(env or {})}  # never a user's hub
     process = subprocess.Popen([sys.executable, "-m", "gpumix.tui.main", *args], stdin=slave, stdout=slave,
                                stderr=slave, env=env, start_new_session=True, close_fds=True, cwd="/")
     os.close(slave)
@@ -206,3 +207,40 @@ def test_gpumix_top_keeps_ssl_in_asyncio_where_a_tls_hub_is_named(argv: list[str
         env["GPUMIX_HUB"] = env_hub
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env, check=True)
     assert json.loads(result.stdout) is without_ssl
+
+
+@pytest.fixture
+def tls_hub_process(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """`gpumix hub --tcp 127.0.0.1:0 --tls-cert --tls-key` as its own process; its tls:// address and the
+    environment a client needs (the CA, the token)."""
+    cert, key = make_certificate(tmp_path, "hub")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    folder = Path(tempfile.mkdtemp(prefix="gmx", dir="/tmp"))
+    env = {key: value for key, value in os.environ.items() if key != "GPUMIX_HUB"}
+    env.update(GPUMIX_TLS_CA=str(cert), GPUMIX_TOKEN=TOKEN, XDG_RUNTIME_DIR=str(folder), XDG_CONFIG_HOME=str(tmp_path))
+    hub = subprocess.Popen([sys.executable, "-m", "gpumix.cli.main", "hub", "--sim", str(REPO / "benchmarks" / "rig_1gpu.toml"),
+                            "--socket", str(folder / "hub.sock"), "--tcp", "127.0.0.1:0", "--tls-cert", str(cert),
+                            "--tls-key", str(key), "--token-file", str(token_file), "--interval", "0.5"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/")
+    try:
+        line = hub.stdout.readline() if hub.stdout else ""
+        assert "listening on" in line and "tls://" in line, (line, hub.stderr.read() if hub.poll() is not None else "")
+        yield "tls://" + line.split("tls://", 1)[1].split()[0].rstrip(";"), env
+    finally:
+        hub.terminate()
+        hub.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_gpumix_hub_serves_tls_to_the_one_shot_and_the_dashboard(tls_hub_process: tuple[str, dict[str, str]]) -> None:
+    """`gpumix hub --tls-cert` (ssl loaded where --tls-cert asks for it) read by `gpumix-top --once` and by the
+    interactive dashboard, each its own process: TLS works end to end after ssl went lazy."""
+    address, env = tls_hub_process
+    once = subprocess.run([sys.executable, "-m", "gpumix.tui.main", "--once", "--json", "--hub", address],
+                          capture_output=True, text=True, env=env, cwd="/", timeout=60)
+    assert once.returncode == 0, once.stderr[-500:]
+    assert len(json.loads(once.stdout)["gpus"]) == 1
+    files = mapped_files_of_a_running_dashboard(["--hub", address, "--interval", "1"], drawn=b"4090", env=env)
+    assert any("libssl" in path for path in files)  # the one dashboard that needs OpenSSL has it
