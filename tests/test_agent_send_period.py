@@ -141,14 +141,14 @@ def test_steps_faster_than_the_ring_holds_over_a_period_wake_the_sender_early(
         hub_socket: tuple[Hub, str], monkeypatch: pytest.MonkeyPatch) -> None:
     hub, path = hub_socket
     monkeypatch.setenv("GPUMIX_AGENT_SEND_PERIOD_S", "10")
-    agent = Agent(path, job="fast", max_messages=256)  # 256 steps in 10 s: these come at ~500-1000 a second
+    agent = Agent(path, job="fast")  # a ring of 1024 steps; these come at up to 1000 a second
     try:
-        run_steps(agent, 1500, 0.001)
-        assert agent.dropped == 0  # sent every ~128 steps, not once in 10 s with 1200 overwritten
-        assert wait_until(lambda: (hub_step(hub, "fast") or 0) >= 1300, 10)
+        run_steps(agent, 2000, 0.001)
+        assert agent.dropped == 0  # sent every ~512 steps, not once in 10 s with ~1000 overwritten
+        assert wait_until(lambda: (hub_step(hub, "fast") or 0) >= 1500, 10)
     finally:
         agent.close()
-    assert wait_until(lambda: hub_step(hub, "fast") == 1499, 10)
+    assert wait_until(lambda: hub_step(hub, "fast") == 1999, 10)
 
 
 def test_an_agent_sending_every_tenth_of_a_second_still_works(hub_socket: tuple[Hub, str]) -> None:
