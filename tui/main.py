@@ -223,7 +223,7 @@ def load_asyncio_without_ssl(args: argparse.Namespace) -> None:
     """Before Textual or the hub's server loads asyncio: without ssl unless a tls:// hub is named (--hub,
     $GPUMIX_HUB). gpumix-top's loops never speak TLS (a tls:// hub is read by the blocking client), and
     ssl with OpenSSL is ~2-5 MB of RSS (gpumix/cli/asyncio_without_ssl.py)."""
-    if not any(auth.is_tls(address) for address in args.hub or [default_hub_address()]):
+    if not any(auth.is_tls(address) for address in getattr(args, "hub", None) or [default_hub_address()]):
         import_asyncio_without_ssl()
 
 
