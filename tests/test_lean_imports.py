@@ -244,3 +244,9 @@ def test_gpumix_hub_serves_tls_to_the_one_shot_and_the_dashboard(tls_hub_process
     assert len(json.loads(once.stdout)["gpus"]) == 1
     files = mapped_files_of_a_running_dashboard(["--hub", address, "--interval", "1"], drawn=b"4090", env=env)
     assert any("libssl" in path for path in files)  # the one dashboard that needs OpenSSL has it
+
+
+def test_real_hardware_wiring_leaves_the_rig_reader_unloaded() -> None:
+    """On real GPUs the dashboard and the one-shots need RigError's class only, not the rig reader."""
+    loaded = loaded_after("from gpumix.cli.hardware import RigError, open_hardware")
+    assert not {"gpumix.sim.rig", "gpumix.sim.gpu_models", "importlib.resources"} & loaded

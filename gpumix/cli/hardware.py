@@ -13,16 +13,13 @@ from typing import TYPE_CHECKING
 
 from gpumix.hw.hardware import Hardware
 from gpumix.hw.nvml_backend import NvmlBackend
-from gpumix.sim.rig import (  # light (tomllib, dataclasses), and RigError is re-exported
-    BUILTIN_RIGS,
-    DEMO_RIG,
-    RigError,
-    load_builtin_rig,
-    load_rig,
-)
+from gpumix.sim.rig_fields import RigError
 
 if TYPE_CHECKING:
     from gpumix.sim.rig import Rig
+
+# RigError is re-exported from the light rig_fields (math, re); the rig reader (gpu models, tomllib,
+# importlib.resources) loads only when a rig is asked for: not on real GPUs (issue 13)
 
 __all__ = ["Hardware", "RigError", "is_builtin_rig", "open_hardware", "simulated_hardware"]
 
@@ -36,6 +33,7 @@ def open_hardware(
     """Raises NoDriverError (no NVIDIA driver) or RigError (bad rig file), each a one-line message."""
     if demo or sim_file:
         from gpumix.power.supplies import LayoutError, rig_layout
+        from gpumix.sim.rig import BUILTIN_RIGS, DEMO_RIG, load_builtin_rig, load_rig
 
         # --sim takes a file, or the name of a shipped rig (`gpumix rigs`) when no such file exists
         name = DEMO_RIG if not sim_file else sim_file if is_builtin_rig(sim_file) else None
@@ -52,6 +50,8 @@ def open_hardware(
 
 
 def is_builtin_rig(sim_file: str) -> bool:
+    from gpumix.sim.rig import BUILTIN_RIGS
+
     return sim_file in BUILTIN_RIGS and not Path(sim_file).exists()
 
 
