@@ -25,11 +25,13 @@ import contextlib
 import logging
 import os
 import socket
-import ssl
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # an annotation only: ssl maps OpenSSL (~5 MB) into a dashboard with its hub in-process
+    import ssl
 
 from gpumix.hub.agent_stream import ReadRounds, agent_read_pause_s, serve_agent
 from gpumix.hub.connections import (  # noqa: F401  (re-exported: tests and callers import them from here)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from gpumix.probe.cuda import CudaLayer
@@ -31,6 +30,8 @@ def latency_s(cuda: CudaLayer, dst: Any, src: Any, slice_s: float) -> float:
 
 def pattern(nbytes: int) -> bytes:
     """A known pseudo-random pattern (no zeros run, no short period): a wrong copy cannot match it."""
+    import hashlib  # here: hashlib maps OpenSSL, and the probe's screen loads this module
+
     block = hashlib.shake_128(b"gpumix probe pattern").digest(min(nbytes, MIB))
     return (block * (nbytes // len(block) + 1))[:nbytes]
 

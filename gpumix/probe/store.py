@@ -3,7 +3,6 @@ UUIDs, the driver and each link's class, so a moved card, a new driver or a new 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -26,6 +25,8 @@ def state_dir() -> Path:
 
 def machine_key(machine: dict[str, Any]) -> str:
     """What the results are true of: the GPUs (UUID, link class), in order, and the driver."""
+    import hashlib  # here, not at import: hashlib maps OpenSSL into every dashboard (the advisor imports this module)
+
     parts = [machine.get("driver_version") or "?"]
     parts += [f"{gpu['uuid']}@{gpu.get('link_max')}" for gpu in machine.get("gpus", [])]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
