@@ -7,6 +7,8 @@
 #           alternated), DDP steps with and without the agent (paired, one rank, NCCL), the 10-GPU
 #           demo's dashboard attached to `gpumix hub --demo` and with its hub in-process.
 #   PART=demo: the demo's dashboards of PART=b alone.
+#   PART=rss: where gpumix-top's and nvitop's resident memory goes (one /proc/PID/smaps reading each,
+#           grouped by `benchmarks/rss_breakdown.py`), gpumix-top also with MALLOC_ARENA_MAX=2.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -67,6 +69,14 @@ if [ "$PART" = hub ]; then
     --out "$WORK/hub_latency_plain.json"
   step 40 "hub latency, rounds" $ROUNDS $PY $REPO/benchmarks/bench_hub.py --skip-ingest --latency-agents 10 --rate 20 \
     --latency-seconds 10 --out "$WORK/hub_latency_rounds.json"
+fi
+
+if [ "$PART" = rss ]; then
+  BREAK=($PY "$REPO/benchmarks/rss_breakdown.py" --warmup 10 --cols 160 --rows 48)
+  step 30 "RSS by kind, gpumix-top" "${BREAK[@]}" --out "$WORK/rss_breakdown_gpumix.json" -- gpumix-top --interval 1 $SRC
+  step 30 "RSS by kind, nvitop" "${BREAK[@]}" --out "$WORK/rss_breakdown_nvitop.json" -- nvitop --interval 1
+  step 30 "RSS by kind, gpumix-top, MALLOC_ARENA_MAX=2" "${BREAK[@]}" --out "$WORK/rss_breakdown_gpumix_arena2.json" -- \
+    env MALLOC_ARENA_MAX=2 gpumix-top --interval 1 $SRC
 fi
 
 if [ "$PART" = demo ]; then
