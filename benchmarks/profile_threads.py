@@ -45,6 +45,19 @@ def _stop(*_: Any) -> None:
     raise KeyboardInterrupt
 
 
+_started = [time.monotonic()]  # when the profiles' counting began (reset by --skip)
+
+
+def _forget_start_up() -> None:
+    """--skip: drop what every profiler counted so far (imports, CSS parsing, the first layout), so the
+    tables show the steady state only. Profiler.clear() from another thread is safe under the GIL: a
+    profiled function that returns into a cleared context is simply not counted."""
+    with _lock:
+        for profile in _profiles:
+            profile.clear()
+        _started[0] = time.monotonic()
+
+
 def report(out: Path | None, top: Path | None, wall_s: float, entries: int) -> None:
     with _lock:
         profiles = list(_profiles)
@@ -77,11 +90,13 @@ def report(out: Path | None, top: Path | None, wall_s: float, entries: int) -> N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     usage="%(prog)s [--seconds S] [--out F.prof] [--top F.txt] -- (-m MODULE | SCRIPT) ARGS...")
+                                     usage="%(prog)s [--seconds S] [--skip S] [--out F.prof] [--top F.txt] -- (-m MODULE | SCRIPT) ARGS...")
     parser.add_argument("--seconds", type=float, default=0.0, help="stop after this long (default: when it ends or on SIGTERM)")
     parser.add_argument("--out", type=Path, help="merged pstats file")
     parser.add_argument("--top", type=Path, help="top entries as text (default: stderr)")
     parser.add_argument("--entries", type=int, default=40, help="entries per table (default 40)")
+    parser.add_argument("--skip", type=float, default=0.0,
+                        help="forget the first S seconds (start-up), count from then on (default 0)")
     parser.add_argument("target", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
@@ -95,10 +110,14 @@ def main(argv: list[str] | None = None) -> int:
         timer = threading.Timer(args.seconds, lambda: os.kill(os.getpid(), signal.SIGTERM))
         timer.daemon = True
         timer.start()
+    if args.skip > 0:
+        skip = threading.Timer(args.skip, _forget_start_up)
+        skip.daemon = True
+        skip.start()
     main_profile = cProfile.Profile()
     _profiles.append(main_profile)
     threading.setprofile(_start_in_thread)
-    started = time.monotonic()
+    _started[0] = time.monotonic()
     code = 0
     main_profile.enable()
     try:
@@ -113,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         main_profile.disable()
         threading.setprofile(None)  # type: ignore[arg-type]
-        report(args.out, args.top, time.monotonic() - started, args.entries)
+        report(args.out, args.top, time.monotonic() - _started[0], args.entries)
     return code
 
 

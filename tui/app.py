@@ -1,22 +1,24 @@
 """The gpumix-top Textual app: a client that renders hub snapshots.
 
-Polling follows dolphie's rule: fetch on a worker thread, render on the UI
-thread, and arm the next fetch only after the last one was rendered, so polls
-never pile up and the UI never waits on the hardware.
+Polling follows dolphie's rule: fetch on a thread of its own (gpumix.tui.poller),
+render on the UI thread, and arm the next fetch only after the last one was
+rendered, so polls never pile up and the UI never waits on the hardware.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
 
-from textual import events, work
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.filter import Monochrome, NoColor
 from textual.geometry import Size
 from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer
 
 from gpumix.hub.history import HISTORY_FIELDS
@@ -33,6 +35,7 @@ from gpumix.tui.panels import (
     run_line,
     title_line,
 )
+from gpumix.tui.poller import Poller
 from gpumix.tui.size_notice import TooSmallScreen, too_small
 from gpumix.tui.snapshot_view import SnapshotView
 from gpumix.tui.staleness import StaleWatch
@@ -106,12 +109,22 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
 
     def compose(self) -> ComposeResult:
         # panels of plain text repainting only the columns that changed (the clock, a rate)
-        yield TextPanel(id="title")
-        yield GpuTable(id="gpus")
-        yield TextPanel(id="run")
-        yield DetailPanel(id="detail")
-        yield TextPanel(id="host")
+        widgets = (TextPanel(id="title"), GpuTable(id="gpus"), TextPanel(id="run"), DetailPanel(id="detail"),
+                   TextPanel(id="host"))
+        self._own = {f"#{widget.id}": widget for widget in widgets}
+        yield from widgets
         yield Footer(compact=True)  # compact: Cap, Budget and Split stay in view at 80 columns
+
+    _own: dict[str, Widget] = {}
+
+    def _dashboard_widget(self, selector: str) -> Widget | None:
+        """One of the dashboard's own widgets ("#title", "#gpus", ...), held since compose: a DOM
+        query per panel per snapshot was a sixth of the idle dashboard's work (issue 13). None once
+        it has left the dashboard's screen (the app is closing)."""
+        widget = self._own.get(selector)
+        if widget is None or not self.screen_stack or widget.parent is not self.main_screen:
+            return None
+        return widget
 
     def on_mount(self) -> None:
         loaded = load_themes()
@@ -137,7 +150,7 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
         # App.size follows a moment later (Textual applies it on a timer): the event's size is the new one
         self._terminal_size = event.size
         self._check_size()
-        if self.screen_stack and self.main_screen.query(GpuTable):
+        if self._dashboard_widget("#gpus"):
             self.table.fit_width(self.terminal_size.width)
             self._refresh_now()
 
@@ -183,14 +196,44 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
 
     # -- polling ---------------------------------------------------------------
 
-    @work(thread=True, exclusive=True, group="poll")
+    _poller: Poller | None = None
+
     def fetch(self) -> None:
+        """Poll the source now (gpumix.tui.poller: on its own thread; the first call starts it)."""
+        if self._poller is None:
+            self._poller = Poller(self._poll, self._deliver, self._poll_failed, asyncio.get_running_loop(),
+                                  lambda: self.interval_s)
+            self._poller.start()
+        else:
+            self._poller.now()
+
+    def _poll(self) -> tuple[dict[str, Any] | None, dict[tuple[int, str], list]]:
+        """On the poll thread: the snapshot, and the selected GPU's history with it when it is
+        drawn (a remote hub's series is a round trip, which must not happen on the UI thread)."""
         snapshot = self.source.snapshot()
-        # The selected GPU's history comes with the snapshot: a remote hub's series is a round
-        # trip, which must not happen on the UI thread.
         index = self._series_index
         series = {(index, name): self.source.series(index, name) for name in HISTORY_FIELDS} if index is not None else {}
-        self.call_from_thread(self._received, snapshot, series)
+        return snapshot, series
+
+    def _deliver(self, polled: tuple[dict[str, Any] | None, dict[tuple[int, str], list]]) -> None:
+        """On the UI loop, in the app's context (as call_from_thread ran it); an error ends the app
+        with its traceback, as a poll worker's did."""
+        with self._context():
+            try:
+                self._received(*polled)
+            except Exception as error:  # noqa: BLE001 - Textual's own handler shows it and exits
+                self._handle_exception(error)
+
+    def _poll_failed(self, error: Exception) -> None:
+        with self._context():
+            try:
+                raise error  # Textual's handler prints the exception being handled: its traceback
+            except Exception as raised:  # noqa: BLE001
+                self._handle_exception(raised)
+
+    def on_unmount(self) -> None:
+        if self._poller is not None:
+            self._poller.stop()
 
     def cached_series(self, index: int, name: str) -> list[float | None]:
         return self._series.get((index, name), [])
@@ -206,7 +249,8 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
                 self.snapshot = snapshot
                 self.render_snapshot(snapshot)
         finally:
-            self.set_timer(self.interval_s, self.fetch)
+            if self._poller is not None:
+                self._poller.rendered()  # the next poll an interval from now
 
     @property
     def main_screen(self) -> Screen[Any]:
@@ -215,7 +259,8 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
 
     @property
     def table(self) -> GpuTable:
-        return self.main_screen.query_one(GpuTable)
+        table = self._dashboard_widget("#gpus")
+        return table if isinstance(table, GpuTable) else self.main_screen.query_one(GpuTable)
 
     def render_snapshot(self, snapshot: dict[str, Any]) -> None:
         """The one path from a snapshot to the screen: the top screen and, behind dialogs, the
@@ -223,7 +268,7 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
         for screen in reversed(self.screen_stack):
             if screen is self.main_screen:
                 # composed with the app, so drawable before its Mount; never while the app closes
-                if not (screen._closing or screen._closed or screen._pruning) and screen.query(GpuTable):
+                if not (screen._closing or screen._closed or screen._pruning) and self._dashboard_widget("#gpus"):
                     self._show_dashboard(snapshot)
             elif isinstance(screen, SnapshotView):
                 screen.receive(snapshot)
@@ -235,8 +280,8 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
         """The GPU whose history the next poll fetches: the selected one, on the dashboard only
         when the held history is due (a remote hub's series are round trips of every kept sample);
         on any other screen (the charts) every time."""
-        tables = self.main_screen.query(GpuTable) if self.screen_stack else []
-        uuid = tables[0].selected_uuid if tables else None
+        table = self._dashboard_widget("#gpus")
+        uuid = table.selected_uuid if isinstance(table, GpuTable) else None
         gpu = next((g for g in snapshot["gpus"] if g["uuid"] == uuid), None)
         if gpu is None:
             return self._series_index
@@ -256,9 +301,9 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
 
     def _set_text(self, selector: str, text: str) -> None:
         """Repaint a panel only where its text changed (gpumix.tui.text_panel); plain text, never markup."""
-        panels = self.main_screen.query(selector)
-        if panels:  # none: the app is closing, its dashboard's widgets are gone (a late snapshot or recovery)
-            panels.only_one(TextPanel).show(text)
+        panel = self._dashboard_widget(selector)
+        if isinstance(panel, TextPanel):  # None: the app is closing, its dashboard's widgets are gone (a late snapshot or recovery)
+            panel.show(text)
 
     _held_history: HeldHistory | None = None
 
@@ -276,7 +321,10 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
         gpu = next((g for g in self.snapshot["gpus"] if g["uuid"] == uuid), None)
         if gpu is not None:
             self._series_index = gpu["index"]
-            rows = self.main_screen.query_one("#detail").content_size.height or DETAIL_TEXT_LINES
+            detail = self._dashboard_widget("#detail")
+            if detail is None:
+                return
+            rows = detail.content_size.height or DETAIL_TEXT_LINES
             self._set_text("#detail", detail_text(gpu, self.held_history.series, self.terminal_size.width - 2, rows))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

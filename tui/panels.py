@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -177,10 +178,17 @@ def history_charts(gpu: dict[str, Any], series: SeriesFn, width: int, rows: int)
 
 def chart_block(values: list[float | None], width: int, rows: int, top: float | None) -> list[str]:
     """The last `width` values as bars `rows` tall, eighths of a row each, scaled 0..`top`
-    (no top known: nothing drawn rather than a guessed scale)."""
-    recent = [fmt.number(v) for v in values[-width:]]
+    (no top known: nothing drawn rather than a guessed scale). The dashboard's charts redraw
+    every snapshot from a history renewed every few (gpumix.tui.held_history): the same
+    values give the lines drawn last time (a sixth of the idle dashboard's work at 160x48)."""
+    # finite floats or None (gaps) first: hashable, and True is not taken for the 1 it equals
+    return list(_chart_lines(tuple(fmt.number(v) for v in values[-width:]), width, rows, fmt.number(top)))
+
+
+@functools.lru_cache(maxsize=16)  # 4 charts of the selected GPU, and a few sizes
+def _chart_lines(recent: tuple[float | None, ...], width: int, rows: int, top: float | None) -> tuple[str, ...]:
     if not top or top <= 0:
-        return [""] * rows
+        return ("",) * rows
     eighths = [None if v is None else round(min(1.0, max(0.0, v / top)) * rows * 8) for v in recent]
     out = []
     for row in range(rows - 1, -1, -1):
@@ -189,7 +197,7 @@ def chart_block(values: list[float | None], width: int, rows: int, top: float | 
             filled = 0 if level is None else level - row * 8
             chars.append(" " if filled <= 0 else CHART_LEVELS[min(filled, 8) - 1])
         out.append("".join(chars).rjust(width))
-    return out
+    return tuple(out)
 
 
 def process_summary(processes: list[dict[str, Any]]) -> str:

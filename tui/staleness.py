@@ -16,7 +16,7 @@ MIN_CHECK_S = 0.05  # never re-armed sooner (a check due now)
 
 
 class StaleWatch:
-    """Needs from the App: set_timer, interval_s, snapshot, source, screen_stack, main_screen, say, _set_text,
+    """Needs from the App: set_timer, interval_s, snapshot, source, screen_stack, _dashboard_widget, say, _set_text,
     add_class/remove_class, and `_received_at_s` set when a snapshot comes."""
 
     interval_s: float
@@ -43,7 +43,7 @@ class StaleWatch:
             self._arm_stale_check(self.stale_after_s - age_s)
             return
         self._arm_stale_check(STALE_CHECK_S)
-        if not self.main_screen.query("#title"):
+        if self._dashboard_widget("#title") is None:  # type: ignore[attr-defined]
             return  # the app is closing
         if not self.stale:
             self.stale = True

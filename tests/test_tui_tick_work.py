@@ -1,0 +1,146 @@
+"""What the dashboard does per snapshot (issue 13, session 7: the idle CPU): no DOM query for its own
+widgets, the polls on one thread of their own (no Textual worker, timer and future per poll) that
+still wait for each render, and the detail panel's charts drawn once per history they show."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from textual.dom import DOMNode
+from textual.worker import Worker
+
+from gpumix.hub import Hub
+from gpumix.tui import panels
+from gpumix.tui.app import GpumixApp
+from gpumix.tui.poller import Poller
+from gpumix.tui.text_panel import TextPanel
+from tests.screen import started
+
+pytestmark = pytest.mark.usefixtures("tui_env")
+
+
+async def until(predicate: Any, deadline_s: float = 60.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not predicate():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_snapshot_reaches_the_dashboard_without_a_dom_query(demo_hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        title = app.query_one("#title", TextPanel)
+        before = title.text
+        queries: list[str] = []
+        for name in ("query", "query_one", "query_exactly_one"):
+            original = getattr(DOMNode, name)
+            monkeypatch.setattr(DOMNode, name, lambda self, *a, _o=original, _n=name, **k: (queries.append(_n), _o(self, *a, **k))[1])
+        snapshot = demo_hub.snapshot()
+        app.render_snapshot({**snapshot, "timestamp_s": snapshot["timestamp_s"] + 1.0})  # the clock moves
+        app._check_stale()
+        monkeypatch.undo()
+        assert queries == []
+        assert title.text != before  # drawn all the same
+
+
+async def test_a_closing_dashboard_takes_no_late_snapshot(demo_hub: Hub) -> None:
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        title = app.query_one("#title", TextPanel)
+        await title.remove()
+        assert app._dashboard_widget("#title") is None
+        app._set_text("#title", "late")  # the widget has left the screen: nothing to draw into
+        assert title.text != "late"
+
+
+async def test_polls_come_from_one_thread_without_a_worker_each(demo_hardware, clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    workers: list[Worker] = []
+    original = Worker.__init__
+    monkeypatch.setattr(Worker, "__init__", lambda self, *a, **k: (workers.append(self), original(self, *a, **k))[1])
+    hub = Hub(demo_hardware, interval_s=0.05, clock=clock)
+    hub.tick()
+    threads: set[str] = set()
+
+    class Source:
+        def snapshot(self) -> dict[str, Any]:
+            threads.add(threading.current_thread().name)
+            clock.advance(1)
+            return hub.tick()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(hub, name)
+
+    app = GpumixApp(Source(), interval_s=0.05)
+    async with app.run_test(size=(80, 24)):
+        await until(lambda: app.renders >= 4)
+    assert workers == []  # a Textual worker per poll made three messages, a task and a future each second
+    assert threads == {"gpumix-poll"}
+    assert app._poller is not None
+    await until(lambda: not app._poller.alive, 10.0)  # stopped with the app
+
+
+def test_the_next_poll_waits_for_the_render() -> None:
+    loop = asyncio.new_event_loop()
+    delivered: list[int] = []
+    polls = iter(range(1000))
+    poller = Poller(lambda: next(polls), delivered.append, lambda error: None, loop, lambda: 0.0)
+    try:
+        poller.start()
+        loop.run_until_complete(asyncio.sleep(0.3))  # an interval of 0 s, never rendered: one poll only
+        assert (poller.polls, delivered) == (1, [0])
+        poller.now()
+        loop.run_until_complete(asyncio.sleep(0.3))
+        assert poller.polls == 1  # asked for, but not before the last one is rendered
+        poller.rendered()
+        for _ in range(100):
+            loop.run_until_complete(asyncio.sleep(0.01))
+            if delivered[1:]:
+                break
+        assert delivered[:2] == [0, 1]
+    finally:
+        poller.stop()
+        loop.close()
+
+
+def test_a_failed_fetch_is_handed_to_the_app_and_ends_the_polls() -> None:
+    loop = asyncio.new_event_loop()
+    failures: list[Exception] = []
+
+    def broken() -> None:
+        raise RuntimeError("the source broke")
+
+    poller = Poller(broken, lambda result: None, failures.append, loop, lambda: 0.0)
+    try:
+        poller.start()
+        for _ in range(200):
+            loop.run_until_complete(asyncio.sleep(0.01))
+            if failures and not poller.alive:
+                break
+        assert [str(error) for error in failures] == ["the source broke"] and not poller.alive
+    finally:
+        poller.stop()
+        loop.close()
+
+
+def test_charts_of_the_same_history_are_drawn_once() -> None:
+    panels._chart_lines.cache_clear()
+    values = [float(v % 100) for v in range(200)]
+    first = panels.chart_block(values, 76, 5, 100.0)
+    again = panels.chart_block(list(values), 76, 5, 100.0)  # the next snapshot, the history held
+    assert first == again
+    assert panels._chart_lines.cache_info().hits == 1
+    assert panels.chart_block(values + [50.0], 76, 5, 100.0) != first  # a new sample: drawn anew
+
+
+def test_a_cached_chart_keeps_true_a_gap_not_a_one() -> None:
+    panels._chart_lines.cache_clear()
+    ones = panels.chart_block([1.0, 1.0, 1.0], 3, 1, 1.0)
+    hostile = panels.chart_block([True, True, True], 3, 1, 1.0)  # equal to 1 as a dict key, but no reading
+    assert ones == ["███"] and hostile == ["   "]
+    assert panels.chart_block([{"x": 1}, "nan", None], 3, 1, 1.0) == ["   "]  # unhashable: still a gap
