@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import pytest
+from textual.app import App, ComposeResult
 from textual.dom import DOMNode
 from textual.worker import Worker
 
@@ -144,3 +145,33 @@ def test_a_cached_chart_keeps_true_a_gap_not_a_one() -> None:
     hostile = panels.chart_block([True, True, True], 3, 1, 1.0)  # equal to 1 as a dict key, but no reading
     assert ones == ["███"] and hostile == ["   "]
     assert panels.chart_block([{"x": 1}, "nan", None], 3, 1, 1.0) == ["   "]  # unhashable: still a gap
+
+
+class LinesApp(App[None]):
+    CSS = "TextPanel { padding: 0 1; height: 8; border-top: solid $primary; color: $secondary; text-style: bold; }"
+
+    def compose(self) -> ComposeResult:
+        yield TextPanel("\n".join(LINES), id="panel")
+
+
+LINES = ["GPU 0 · RTX 4090 · 12:00:01", " util ▁▂▃ 10%  power 71 W", " procs: 4242 名前 3% cpu", " held by: none"]
+
+
+async def test_a_changed_plain_line_is_drawn_by_hand_as_content_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpumix.tui import text_panel
+    from tests.test_tui_text_panel_lines import whole_render
+
+    app = LinesApp()
+    async with app.run_test(size=(50, 12)) as pilot:
+        panel = app.query_one(TextPanel)
+        await pilot.pause()
+        through_content: list[str] = []
+        original = text_panel.visualize
+        monkeypatch.setattr(text_panel, "visualize", lambda widget, obj, **k: (through_content.append(str(obj)), original(widget, obj, **k))[1])
+        panel.show("\n".join([LINES[0].replace(":01", ":02"), LINES[1].replace("71", "73"), LINES[2].replace("3%", "4%"),
+                              " held by: \x1b[31m"]))  # an escape character: drawn as Content draws it
+        await pilot.pause()
+        assert panel.lines_rendered == 4
+        assert through_content == [" held by: \x1b[31m"]  # the plain lines by hand (Content was most of their cost)
+        monkeypatch.undo()
+        assert panel._render_cache.lines == whole_render(panel)

@@ -125,8 +125,16 @@ class TextPanel(Static):
         self._dirty_regions.clear()
 
     def _render_one_line(self, y: int) -> Strip:
-        """Line `y` as the whole text's render has it (a line that fits: no wrapping to follow)."""
-        line = visualize(self, Text((self._lines or [""])[y]), markup=False)
+        """Line `y` as the whole text's render has it (a line that fits: no wrapping to follow).
+        Plain printable text, aligned left: one segment in the panel's style, with the offset text
+        selection reads, as Textual's Content gives it (built by hand: Content's render was most of
+        the panel's cost per snapshot, issue 13); anything else goes through Content."""
+        text = (self._lines or [""])[y]
+        width = cell_len(text)
+        if text and text.isprintable() and text[-1] != " " and width <= self.content_size.width \
+                and self.styles.text_align in ("left", "start"):
+            return Strip([Segment(text, self.visual_style.rich_style_with_offset(0, y))], width)
+        line = visualize(self, Text(text), markup=False)
         strips = Visual.to_strips(self, line, self.size.width, 1, self.visual_style)
         return _at_row(strips[0], y) if strips else Strip.blank(self.size.width, self.visual_style.rich_style)
 
