@@ -44,8 +44,8 @@ from gpumix.agent.values import Coerced, NotANumber, Setting, coerce, on_gpu, re
 log = logging.getLogger("gpumix.agent")
 # A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
 # to this many steps, then goes without them: its record is never read with a synchronisation.
-# The sender thread collects steps every PERIOD_S (agent/sender.py): the DeepSpeed probe keeps its
-# timings for 64 steps, the pinned pool reads 256 values back (agent/lazy.py).
+# The sender thread collects steps once a send period (gpumix/wire/send_period.py): the DeepSpeed probe
+# keeps its timings for as many steps as the ring holds, the pinned pool reads 256 values back (agent/lazy.py).
 MAX_DEFERRED_STEPS = 6
 
 # (step index) -> seconds of communication in that step, or None if not known (yet)

@@ -75,8 +75,8 @@ class PinnedPool:
 
     A buffer is reused `size` takes later; a value not read within size // 2 takes reads None
     (LazyScalar._reused), never a later step's number. The sender thread reads each step's values
-    within a tenth of a second (agent/sender.py PERIOD_S) once computed: 512 small buffers cover
-    256 CUDA values in that time (a 1 ms step giving loss and loss scale as tensors: 200)."""
+    within a send period (1 s) once computed, and a step's values are copied at most once a tenth of a
+    second (agent/values.py): 512 small buffers cover 256 CUDA values, 20 a period at most."""
 
     def __init__(self, size: int = 512) -> None:
         self._buffers: list[Any] = []

@@ -18,7 +18,7 @@ sampled scale still shows (AmpWatch counts each halving between two samples as o
 
 from __future__ import annotations
 
-DEVICE_READ_INTERVAL_S = 0.1  # the sender's PERIOD_S: a sample per collection
+DEVICE_READ_INTERVAL_S = 0.1  # about ten samples per send (the send period is 1 s)
 
 
 class DeviceSampling:

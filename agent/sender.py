@@ -7,22 +7,17 @@ and goes on. Once a period, while a hub is connected, this thread takes the read
 With no hub it backs off and reconnects, and builds nothing: steps wait in the ring, the oldest overwritten once it is full.
 Nothing here can raise into, block, or grow inside the training loop.
 
-The period (send_period_s) is 1 s by default, the hub's tick and the dashboard's refresh: each write
-wakes the hub (issue 13: about 250 us of its CPU a write, most of its cost per rank), and a snapshot
-is read once a second anyway. The sends are aligned across processes: at multiples of the period on
-CLOCK_MONOTONIC (system-wide on Linux), so that the ranks of a machine write together and cost the hub
-one or a few wake-ups a period, not one each. Steps faster than the ring can hold over a period wake
-the sender earlier (_wait_s). close() still sends the last steps at once. Under `gpumix run` the
-period stays 0.1 s: the supervisor picks the step its ranks stop at from the steps reported, with
-0.5 s of margin (gpumix/run/restart.py STOP_MARGIN_S). GPUMIX_AGENT_SEND_PERIOD_S overrides it.
+The period is 1 s by default (gpumix/wire/send_period.py: why, and its override). The sends are aligned
+across processes: at multiples of the period on CLOCK_MONOTONIC (system-wide on Linux), so that the
+ranks of a machine write together and cost the hub one or a few wake-ups a period, not one each. Steps
+faster than the ring can hold over a period wake the sender earlier (_wait_s). close() still sends the
+last steps at once.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 import math
-import os
 import select
 import socket
 import threading
@@ -31,18 +26,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gpumix.wire import auth, protocol
-from gpumix.wire.plan_file import CONTROL_DIR_ENV
+from gpumix.wire.send_period import PERIOD_S, send_period_s  # noqa: F401  (PERIOD_S: tests read it here)
 
-log = logging.getLogger("gpumix.agent")
 QUEUE_MESSAGES = 1024
 SEND_TIMEOUT_S = 1.0  # a stopped hub fills the socket buffer: give up on it, don't wait
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
-PERIOD_S = 1.0  # how often the ready steps are collected and sent (send_period_s): the hub's tick
-SUPERVISED_PERIOD_S = 0.1  # under `gpumix run` (its restarts stop at a step within 0.5 s of the last reported)
-PERIOD_ENV = "GPUMIX_AGENT_SEND_PERIOD_S"
-MIN_PERIOD_S = 0.01
-MAX_PERIOD_S = 10.0
 # Sends land this long before each multiple of the period: the hub's optional read rounds
 # (gpumix/hub/agent_stream.py ReadRounds) resume the sockets at the multiples, and read them then.
 ALIGN_LEAD_S = 0.01
@@ -61,24 +50,6 @@ PIECE_PAUSE_S = 0.0002
 # collect(final, limit) -> the messages of the steps ready now, at most limit (None: all);
 # final: every step, the last one included. pending() -> the steps not collected yet (the newest among them).
 Collect = Callable[[bool, "int | None"], list[dict[str, Any]]]
-
-
-def send_period_s(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
-    """The send period: GPUMIX_AGENT_SEND_PERIOD_S when it is seconds in [MIN_PERIOD_S, MAX_PERIOD_S]
-    (anything else: one warning, and the default), else SUPERVISED_PERIOD_S under `gpumix run`, else PERIOD_S."""
-    default = SUPERVISED_PERIOD_S if environ.get(CONTROL_DIR_ENV) else PERIOD_S
-    raw = environ.get(PERIOD_ENV, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not MIN_PERIOD_S <= value <= MAX_PERIOD_S:  # NaN fails too
-        log.warning("gpumix agent: %s must be seconds from %g to %g, got %r: sending every %g s",
-                    PERIOD_ENV, MIN_PERIOD_S, MAX_PERIOD_S, raw[:40], default)
-        return default
-    return value
 
 
 def next_send_s(now_s: float, period_s: float) -> float:

@@ -44,14 +44,14 @@ def hub_step(hub: Hub, job: str) -> int | None:
 # -- the period and its override ----------------------------------------------------------------
 
 
-def test_the_default_period_is_the_hubs_tick_and_a_supervised_run_keeps_a_tenth(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_period_is_the_hubs_tick_supervised_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUMIX_AGENT_SEND_PERIOD_S")  # the suite's agents send every 0.1 s (conftest.py)
     agent = Agent("/nonexistent/gpumix-hub.sock", job="default")
     agent.close(0.1)
     assert agent.sender.period_s == 1.0
     assert sender_module.send_period_s({}) == 1.0
-    # gpumix run's restarts stop at a step within 0.5 s of the last one reported (gpumix/run/restart.py)
-    assert sender_module.send_period_s({"GPUMIX_CONTROL_DIR": "/tmp/run"}) == 0.1
+    # under gpumix run too: its restarts allow for the period when they pick the stop step
+    assert sender_module.send_period_s({"GPUMIX_CONTROL_DIR": "/tmp/run"}) == 1.0
     assert sender_module.send_period_s({"GPUMIX_AGENT_SEND_PERIOD_S": " 0.25 "}) == 0.25
     assert sender_module.send_period_s({"GPUMIX_AGENT_SEND_PERIOD_S": "2", "GPUMIX_CONTROL_DIR": "/tmp/run"}) == 2.0
 
@@ -162,3 +162,19 @@ def test_an_agent_sending_every_tenth_of_a_second_still_works(hub_socket: tuple[
     finally:
         agent.close()
     assert wait_until(lambda: hub_step(hub, "old-style") == 39, 10) and len(reads) >= 3
+
+
+@pytest.mark.parametrize(("period", "step_s"), [("1", 0.05), ("1", 0.4), ("10", 0.2), ("0.1", 0.01)])
+def test_a_restart_stops_past_what_a_rank_can_run_before_it_reports(monkeypatch: pytest.MonkeyPatch,
+                                                                   period: str, step_s: float) -> None:
+    """gpumix run's stop step (gpumix/run/restart.py) allows for the ranks' send period: a rank may be a
+    whole period (plus a step) ahead of its last report and must still see the request before the stop."""
+    from gpumix.run import restart
+
+    monkeypatch.setenv("GPUMIX_AGENT_SEND_PERIOD_S", period)
+    ranks = [{"step": 100, "step_time_s": step_s}, {"step": 98, "step_time_s": step_s / 2}]
+    stop_after, wait_s = restart.stop_step(ranks)
+    ahead_unreported = 1 + float(period) / step_s  # the step in flight, and a period of unsent steps
+    seeing_the_request = restart.STOP_MARGIN_S / step_s
+    assert stop_after - 100 >= ahead_unreported + seeing_the_request
+    assert wait_s >= (stop_after - 100) * step_s  # the wait for the checkpoints covers the steps to the stop

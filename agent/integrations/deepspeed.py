@@ -36,7 +36,7 @@ from gpumix.agent.amp import ScaleSource, declare
 from gpumix.agent.core import Agent
 
 ALLREDUCE_TIMER = "bwd_allreduce"  # deepspeed.utils.timer.BACKWARD_REDUCE_GLOBAL_TIMER
-KEPT_STEPS = 64  # the sender thread collects a step's comm time up to a tenth of a second later
+KEPT_STEPS = 1024  # the sender collects a step's comm time up to a send period (1 s) later: the step ring's length
 
 
 class DeepSpeedCommTimer:
