@@ -175,3 +175,30 @@ async def test_a_changed_plain_line_is_drawn_by_hand_as_content_would(monkeypatc
         assert through_content == [" held by: \x1b[31m"]  # the plain lines by hand (Content was most of their cost)
         monkeypatch.undo()
         assert panel._render_cache.lines == whole_render(panel)
+
+
+async def test_table_cells_are_drawn_by_hand_as_datatable_draws_them(demo_hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    from textual.widgets import DataTable
+
+    from gpumix.tui.gpu_table import GpuTable
+
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        table = app.query_one(GpuTable)
+        table.marked.add(demo_hub.snapshot()["gpus"][1]["uuid"])  # a styled cell ("*1" in the warning colour)
+        app.render_snapshot(demo_hub.snapshot())
+        await pilot.pause()
+        through_rich: list[int] = []
+        original = app.console.render_lines
+        monkeypatch.setattr(app.console, "render_lines", lambda *a, **k: (through_rich.append(1), original(*a, **k))[1])
+        for row in range(table.row_count):
+            for column in range(len(table.columns)):
+                for cursor, hover in ((False, False), (True, False), (False, True)):
+                    width = table.ordered_columns[column].get_render_width(table)
+                    mine = table._render_cell(row, column, table.rich_style, width, cursor, hover)
+                    assert through_rich == []  # by hand: Rich's console was a third of the 10-GPU dashboard's work
+                    table._cell_render_cache.clear()
+                    theirs = DataTable._render_cell(table, row, column, table.rich_style, width, cursor, hover)
+                    through_rich.clear()
+                    assert mine == [list(line) for line in theirs], (row, column, cursor, hover)

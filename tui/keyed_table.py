@@ -14,11 +14,13 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from gpumix.tui import terminal_writes
+from gpumix.tui.cell_render import plain_cell
 
 MAX_ROWS = 4096  # the hub keeps at most 4096 ranks; a table never holds more rows than that
 
@@ -53,6 +55,22 @@ class KeyedTable(DataTable):
 
     def on_mount(self) -> None:
         terminal_writes.install()  # partial updates start at the changed cell
+
+    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
+                     cursor: bool = False, hover: bool = False) -> Any:
+        """A cell of plain text drawn by hand (gpumix.tui.cell_render), cached as DataTable caches
+        its own; the header and any other cell as DataTable renders them."""
+        if row_index >= 0 and column_index >= 0:
+            key = (self._row_locations.get_key(row_index), self._column_locations.get_key(column_index), base_style,
+                   cursor, hover, self._show_hover_cursor, self._update_count, self._pseudo_class_state)
+            lines = self._cell_render_cache.get(key)
+            if lines is None:
+                lines = plain_cell(self, row_index, column_index, base_style, width, cursor, hover)
+                if lines is not None:
+                    self._cell_render_cache[key] = lines
+            if lines is not None:
+                return lines
+        return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
 
     def sync(self, rows: Mapping[str, Mapping[str, CellValue]]) -> SyncResult:
         """Make the table show `rows` (at most MAX_ROWS, in their order for new rows); a missing
