@@ -8,7 +8,6 @@ action (never by tests or benchmarks: those use the simulator).
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import time
@@ -136,6 +135,8 @@ class PowerController:
 
 
 def _user() -> str:
+    import getpass  # here: the audit's user is asked only when a cap changes
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):

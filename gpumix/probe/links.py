@@ -4,11 +4,13 @@ the link's theoretical rate; then all GPUs at once, against the sum (a shared up
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumix.hw.pcie import link_bytes_per_s, link_label
-from gpumix.probe.cuda import CudaLayer, is_out_of_memory
 from gpumix.probe.measure import MIB, rate_bytes_per_s
+
+if TYPE_CHECKING:  # the hub's advisor reads this module's thresholds: the CUDA layer loads where a probe runs
+    from gpumix.probe.cuda import CudaLayer
 
 SIZES_BYTES = (1 * MIB, 16 * MIB, 256 * MIB)
 # A copy moves ~92 % of the link's line rate: on the H200 a 55 GB/s copy read 59.4 GB/s on the
@@ -47,6 +49,8 @@ def probe_gpu(cuda: CudaLayer, device: int, gpu: dict[str, Any], link_now: LinkN
                 del host
             del device_buffer
         except RuntimeError as error:
+            from gpumix.probe.cuda import is_out_of_memory
+
             if not is_out_of_memory(error):
                 raise
             notes.append(f"{size // MIB} MiB: out of GPU or pinned memory, skipped")
@@ -110,6 +114,8 @@ def probe_all_at_once(cuda: CudaLayer, devices: list[int], singles: dict[int, fl
         pairs = [(cuda.empty(size, device), cuda.empty(size, None, pinned=True)) for device in devices]
         aggregate = rate_bytes_per_s(cuda, pairs, size, slice_s)
     except RuntimeError as error:
+        from gpumix.probe.cuda import is_out_of_memory
+
         if not is_out_of_memory(error):
             raise
         return {"skipped": "out of GPU or pinned memory"}

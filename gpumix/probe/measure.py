@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpumix.probe.cuda import CudaLayer
+if TYPE_CHECKING:  # a type only: the hub's advisor reads MIB without loading the CUDA layer's Protocol
+    from gpumix.probe.cuda import CudaLayer
 
 MIB = 1024**2
 MAX_REPEATS = 50
