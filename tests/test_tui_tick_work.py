@@ -16,6 +16,7 @@ from textual.worker import Worker
 from gpumix.hub import Hub
 from gpumix.tui import panels
 from gpumix.tui.app import GpumixApp
+from gpumix.tui.keyed_table import KeyedTable
 from gpumix.tui.poller import Poller
 from gpumix.tui.text_panel import TextPanel
 from tests.screen import started
@@ -202,3 +203,19 @@ async def test_table_cells_are_drawn_by_hand_as_datatable_draws_them(demo_hub: H
                     theirs = DataTable._render_cell(table, row, column, table.rich_style, width, cursor, hover)
                     through_rich.clear()
                     assert mine == [list(line) for line in theirs], (row, column, cursor, hover)
+
+
+async def test_the_cells_a_sync_changed_are_repainted_in_one_refresh() -> None:
+    from textual.coordinate import Coordinate
+
+    from tests.test_keyed_table import TableApp, record_refreshes, rows
+
+    app = TableApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        table = app.query_one(KeyedTable)
+        table.sync(rows(a="1", b="2", c="3"))
+        await pilot.pause()
+        calls = record_refreshes(table)
+        table.sync(rows(a="10", b="2", c="30"))
+        # each refresh cleared the widget's style caches and prompted the message pump again
+        assert calls == [(table._get_cell_region(Coordinate(0, 1)), table._get_cell_region(Coordinate(2, 1)))]
