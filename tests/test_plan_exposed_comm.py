@@ -67,3 +67,19 @@ def test_the_split_running_now_is_predicted_as_measured() -> None:
     for wait_s in (0.01, 0.18 / 7, 0.0257, 0.03, 0.1):
         model = CommModel(gradient, measured_s=wait_s, measured_links=links, measured_compute_s=compute_s)
         assert math.isclose(model.seconds(links, compute_s), wait_s, rel_tol=1e-9), wait_s
+
+
+def test_a_spread_in_the_measured_wait_is_not_read_as_a_longer_all_reduce() -> None:
+    # The step waits for each step's slowest rank, the model reads the slowest of the per-rank medians:
+    # 0.01 s of spread on top of a 0.03 s tail (a 0.12 s all-reduce over links that do it in 0.12 s).
+    # Read as a tail alone it would be a 0.16 s all-reduce, and a re-plan to 0.12 s of compute would be
+    # predicted to wait 0.10 s; the world waits 0.06 s plus the spread.
+    gradient = 100 * MIB
+    links = (2 * 2 / 3 * gradient / 0.12,) * 3  # three ranks whose links do the all-reduce in 0.12 s
+    spread_s = 0.01
+    measured_s = pipeline_wait_s(0.30, 0.12, gradient) + spread_s
+    model = CommModel(gradient, measured_s=measured_s, measured_links=links, measured_compute_s=0.30)
+    assert math.isclose(model.seconds(links, 0.30), measured_s, rel_tol=1e-9)  # the split running now
+    for compute_s in (0.12, 0.20):
+        expected = pipeline_wait_s(compute_s, 0.12, gradient) + spread_s
+        assert math.isclose(model.seconds(links, compute_s), expected, rel_tol=1e-9), compute_s

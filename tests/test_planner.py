@@ -295,8 +295,9 @@ def test_granularity_gives_whole_multiples(ranks, units_per_rank, granularity, d
 
 
 def test_measured_communication_replaces_the_link_model() -> None:
-    # The current split measured 0.40 s a step, its slowest rank computing 0.3556 s: 0.044 s waits.
-    measures = mixed_rig()
+    # The current split measured 0.40 s a step, its slowest rank computing 0.3556 s: 0.044 s waits,
+    # over links whose prior all-reduce (0.225 s) is no shorter than the one the wait says.
+    measures = [RankMeasure(**{**m.__dict__, "link_bytes_per_s": 0.8e9}) for m in mixed_rig()]
     slowest = 64 / (400 * 0.45)
     request = PlanRequest(global_batch=640, gradient_bytes=1e8, measured_comm_s=0.40 - slowest)
     result = plan(measures, request)

@@ -124,7 +124,7 @@ def compute_estimate(points: Sequence[tuple[float, float]], ages_s: Sequence[flo
 BUCKET_BYTES_PRIOR = 25 * 1024**2
 BACKWARD_SHARE_PRIOR = 2 / 3
 OVERLAP_PRIOR = ("overlap prior: 25 MB buckets reduced in order during a backward of 2/3 of the compute,"
-                 " each once produced")
+                 " each once produced; a wait read as the last bucket's, no longer than the link prior's all-reduce")
 
 
 def bucket_shares(gradient_bytes: float) -> tuple[float, float]:
@@ -153,8 +153,9 @@ class CommModel:
     runs, so a shorter slowest compute hides less. From the one measurement, the all-reduce's length:
     if the wait is no more than the last bucket's share of an all-reduce that the backward hides, it
     is that tail; else it is the all-reduce less the backward after the first bucket (hiding_s: no
-    bucket is reduced before it is produced). Without a measurement, the link prior alone, all of it
-    waited for."""
+    bucket is reduced before it is produced). A tail reading is taken no longer than the link prior's
+    all-reduce, and the part of the wait it then leaves unexplained (the ranks' step-to-step spread)
+    stays in every prediction. Without a measurement, the link prior alone, all of it waited for."""
 
     gradient_bytes: float
     measured_s: float | None = None
@@ -171,11 +172,17 @@ class CommModel:
         if self.measured_compute_s is None or slowest_compute_s is None:
             return self.measured_s * scale
         first_share, last_share = bucket_shares(self.gradient_bytes)
-        # the all-reduce whose wait at the measured compute is the one measured: the last bucket's
-        # reduction, or (links slower than the backward) all of it less what the backward hid
-        allreduce_s = min(self.measured_s / last_share, self.measured_s + hiding_s(self.measured_compute_s, first_share))
-        floor_s = min(self.measured_s, last_share * allreduce_s) * scale
-        return max(floor_s, allreduce_s * scale - hiding_s(slowest_compute_s, first_share))
+        # The all-reduce whose wait at the measured compute is the one measured: all of it less what the
+        # backward hid (links slower than the backward) or, where the backward hid all but the last
+        # bucket, that bucket's reduction. A tail reading multiplies whatever else the wait holds (the
+        # ranks' step-to-step spread: the step waits for each step's slowest rank) by 1/last_share, so
+        # it is taken no longer than the link prior's all-reduce; what the tail does not explain stays.
+        tail_s = self.measured_s / last_share
+        lag_s = self.measured_s + hiding_s(self.measured_compute_s, first_share)
+        allreduce_s = lag_s if lag_s < tail_s else min(tail_s, reference)
+        unexplained_s = self.measured_s - max(last_share * allreduce_s, allreduce_s - hiding_s(self.measured_compute_s, first_share))
+        waits_s = max(last_share * allreduce_s * scale, allreduce_s * scale - hiding_s(slowest_compute_s, first_share))
+        return max(0.0, unexplained_s) + waits_s
 
     def basis(self, links: Sequence[float] | None = None) -> Basis:
         link = self.link_basis or LINK_PRIOR
