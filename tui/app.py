@@ -122,9 +122,7 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
         query per panel per snapshot was a sixth of the idle dashboard's work (issue 13). None once
         it has left the dashboard's screen (the app is closing)."""
         widget = self._own.get(selector)
-        if widget is None or not self.screen_stack or widget.parent is not self.main_screen:
-            return None
-        return widget
+        return widget if widget is not None and self.screen_stack and widget.parent is self.main_screen else None
 
     def on_mount(self) -> None:
         loaded = load_themes()
