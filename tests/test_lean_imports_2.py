@@ -33,6 +33,8 @@ def test_the_dashboard_and_its_hub_leave_the_cuda_probe_layer_unloaded() -> None
 
 def test_the_dashboard_and_its_hub_leave_getpass_unloaded() -> None:
     assert "getpass" not in loaded_after(DASHBOARD_WITH_ITS_HUB)
+    # a running hub's power controller too: it names the audit's user when a cap first changes
+    assert "getpass" not in loaded_after("from gpumix.power.caps import PowerController; PowerController(None)")
 
 
 class OutOfMemoryCuda:
@@ -63,6 +65,7 @@ def test_the_probe_still_tells_out_of_memory_from_other_errors_with_its_layer_lo
 
 
 def test_the_power_audit_still_names_the_user_with_getpass_loaded_late() -> None:
-    code = "import getpass; from gpumix.power.caps import _user; print(_user() == getpass.getuser())"
+    code = ("import getpass; from gpumix.power.caps import PowerController;"
+            " print(PowerController(None).user == getpass.getuser())")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert result.stdout.strip() == "True"

@@ -84,7 +84,14 @@ class PowerController:
     def __init__(self, backend: NvmlBackend, audit_path: Path | None = None, user: str | None = None) -> None:
         self.backend = backend
         self.audit_path = audit_path if audit_path is not None else audit_log_path()
-        self.user = user or _user()
+        self._user = user
+
+    @property
+    def user(self) -> str:
+        """Who the audit names by default: looked up when a cap first changes (getpass loads then)."""
+        if self._user is None:
+            self._user = _user()
+        return self._user
 
     def info(self, index: int) -> GpuInfo:
         infos = self.backend.gpus()
@@ -135,7 +142,7 @@ class PowerController:
 
 
 def _user() -> str:
-    import getpass  # here: the audit's user is asked only when a cap changes
+    import getpass  # here: a dashboard whose caps never change never loads it
 
     try:
         return getpass.getuser()
