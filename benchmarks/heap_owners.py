@@ -153,7 +153,7 @@ def parent(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--after", type=float, default=15.0)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--trace", action="store_true")
