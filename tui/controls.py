@@ -15,9 +15,6 @@ from textual import work
 from textual.widgets import Footer
 
 from gpumix.tui import format as fmt
-from gpumix.tui.plan_screen import PlanScreen
-from gpumix.tui.power_screens import ConfirmScreen, FitScreen, PowerDialog
-from gpumix.tui.probe_screen import ProbeConfirm, ProbeScreen
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -93,6 +90,9 @@ class UserControls(_Base):
 
     def action_probe(self) -> None:
         """Measure the links (gpumix probe) once the user confirms: it loads the GPUs for up to 30 s."""
+        # the dialogs load when first opened: a dashboard that never opens them keeps their memory (RSS)
+        from gpumix.tui.probe_screen import ProbeConfirm, ProbeScreen
+
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self.push_screen(ProbeScreen())
@@ -101,6 +101,8 @@ class UserControls(_Base):
     # -- power: a cap, the budget fit -----------------------------------------------
 
     def action_power(self) -> None:
+        from gpumix.tui.power_screens import ConfirmScreen, PowerDialog
+
         table = self.table
         uuids = table.marked or ({table.selected_uuid} if table.selected_uuid else set())
         gpus = [g for g in (self.snapshot or {}).get("gpus", []) if g["uuid"] in uuids and not g["lost"]]
@@ -133,6 +135,8 @@ class UserControls(_Base):
         self.call_from_thread(self._show_fit, reply)
 
     def _show_fit(self, reply: dict[str, Any]) -> None:
+        from gpumix.tui.power_screens import FitScreen
+
         if not reply["ok"]:
             self.say(reply["message"], severity="error")
             return
@@ -172,6 +176,9 @@ class UserControls(_Base):
             self.call_from_thread(self._show_plan, data, snapshot)
 
     def _show_plan(self, plan: dict[str, Any], snapshot: dict[str, Any]) -> None:
+        from gpumix.tui.plan_screen import PlanScreen
+        from gpumix.tui.power_screens import ConfirmScreen
+
         if not self._dashboard_in_front():
             return
         def restart(choice: str | None) -> None:

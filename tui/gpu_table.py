@@ -220,7 +220,7 @@ class GpuTable(KeyedTable):
 
     def _add_columns(self) -> None:
         for key, label, width in self.columns_shown:
-            self.add_column(f" {label:>{width}}", key=key, width=width + 1)
+            self.add_column(Text(f" {label:>{width}}"), key=key, width=width + 1)  # a str is markup: rich loads its emoji table
 
     def switch_view(self) -> str:
         """Hardware columns <-> training columns (80 columns hold one set)."""

@@ -68,7 +68,7 @@ class RanksScreen(SnapshotView):
     def on_mount(self) -> None:
         table = self.query_one(KeyedTable)
         for key, label in COLUMNS:
-            table.add_column(label, key=key)
+            table.add_column(Text(label), key=key)  # a str is markup: rich would load its emoji table
 
     def show(self, snapshot: dict[str, Any]) -> None:
         self.query_one("#ranks-run", TextPanel).show(run_line(snapshot))

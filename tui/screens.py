@@ -108,7 +108,7 @@ class ProcessesScreen(SnapshotView):
     def on_mount(self) -> None:
         table = self.query_one(KeyedTable)
         for key, label in self.COLUMNS:
-            table.add_column(label, key=key)
+            table.add_column(Text(label), key=key)  # a str is markup: rich would load its emoji table
 
     def show(self, snapshot: dict[str, Any]) -> None:
         # Text, not str: a DataTable parses a str cell as markup ("[/data/a.bin]" would crash it).
