@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 13's figures on one lent H200, read-only on the GPU, in two calls (each under the 600 s limit):
-#   PART=a: gpumix-top against nvitop at 1 s (160x48 idle and busy, 80x24 idle; alternated rounds),
+#   PART=a: gpumix-top against nvitop at 1 s (160x48 idle and busy, 80x24 idle; alternated rounds; the
+#           80x24 bytes by screen row, each),
 #           the one-shots with a hub, the hub's CPU per tick with 0 and 10 ranks on the GPU and on
 #           the simulated 10-GPU rig (`--sim mixed-10`: 10 GPUs and 10 ranks).
 #   PART=b: the agent's per-step cost (1 ms steps and empty steps, a CUDA loss, no hub and a live hub,
@@ -34,6 +35,10 @@ if [ "$PART" = a ]; then
     --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
   step 70 "dashboard 80x24, idle GPU" "${TUI[@]}" --repeats 2 --cols 80 --rows 24 --label idle-80x24 \
     --out "$WORK/tui_vs_nvitop_idle_80x24.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  step 40 "bytes by row, 80x24, idle GPU, gpumix-top" $PY "$REPO/benchmarks/tui_bytes_by_row.py" --seconds 20 --warmup 5 \
+    --cols 80 --rows 24 --out "$WORK/tui_bytes_by_row_80x24.json" -- gpumix-top --interval 1 $SRC
+  step 40 "bytes by row, 80x24, idle GPU, nvitop" $PY "$REPO/benchmarks/tui_bytes_by_row.py" --seconds 20 --warmup 5 \
+    --cols 80 --rows 24 --out "$WORK/tui_bytes_by_row_80x24_nvitop.json" -- nvitop --interval 1
   if [ "$DRY" != 1 ]; then
     $PY $REPO/benchmarks/gpu_load.py --seconds 120 >"$WORK/gpu_load.log" 2>&1 &
     LOAD=$!
