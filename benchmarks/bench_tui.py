@@ -62,6 +62,21 @@ def set_winsize(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
+def spawn_in_pty(command: list[str], cols: int, rows: int, term: str = "xterm-256color") -> tuple[int, int]:
+    """Run command in a new pseudo-terminal of cols x rows: (its pid, the terminal's master fd)."""
+    env = dict(os.environ, TERM=term, COLUMNS=str(cols), LINES=str(rows))
+    pid, master = pty.fork()
+    if pid == 0:  # the child: stdin/stdout/stderr are the pty's slave
+        try:
+            set_winsize(1, rows, cols)
+            os.execvpe(command[0], command, env)
+        except Exception as error:  # exec failed: say why on the terminal
+            os.write(2, f"cannot run {command[0]}: {error}\n".encode())
+        os._exit(127)
+    set_winsize(master, rows, cols)
+    return pid, master
+
+
 def tree(process: psutil.Process) -> list[psutil.Process]:
     try:
         return [process, *process.children(recursive=True)]
@@ -125,16 +140,7 @@ def screen_text(raw: bytes, limit: int = 1500) -> str:
 
 
 def run_one(command: list[str], seconds: float, warmup: float, cols: int, rows: int, term: str, quit_key: bytes) -> dict[str, Any]:
-    env = dict(os.environ, TERM=term, COLUMNS=str(cols), LINES=str(rows))
-    pid, master = pty.fork()
-    if pid == 0:  # the child: stdin/stdout/stderr are the pty's slave
-        try:
-            set_winsize(1, rows, cols)
-            os.execvpe(command[0], command, env)
-        except Exception as error:  # exec failed: say why on the terminal
-            os.write(2, f"bench_tui: cannot run {command[0]}: {error}\n".encode())
-        os._exit(127)
-    set_winsize(master, rows, cols)
+    pid, master = spawn_in_pty(command, cols, rows, term)
     root = psutil.Process(pid)
     meter = TreeMeter(root)
     started = time.monotonic()

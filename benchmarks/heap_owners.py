@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pty
 import select
 import sys
 import threading
@@ -129,16 +128,11 @@ def child(after_s: float, out: Path, traced: bool, frames: int, argv: list[str])
 
 def parent(args: argparse.Namespace, argv: list[str]) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # here, not in the child: its modules stay its own
-    from bench_tui import set_winsize, stop  # a sibling script, not a package
+    from bench_tui import spawn_in_pty, stop  # a sibling script, not a package
 
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--after", str(args.after), "--out", str(args.out),
                "--frames", str(args.frames), *(["--trace"] if args.trace else []), "--", *argv]
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(args.cols), LINES=str(args.rows))
-    pid, master = pty.fork()
-    if pid == 0:
-        set_winsize(1, args.rows, args.cols)
-        os.execvpe(command[0], command, env)
-    set_winsize(master, args.rows, args.cols)
+    pid, master = spawn_in_pty(command, args.cols, args.rows)
     args.out.unlink(missing_ok=True)
     deadline = time.monotonic() + args.after + 180  # a traced snapshot of the heap takes a while
     while time.monotonic() < deadline and not args.out.exists():  # drain the terminal meanwhile

@@ -20,7 +20,6 @@ import datetime as dt
 import json
 import os
 import platform
-import pty
 import re
 import select
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tui import set_winsize, stop  # noqa: E402 (a sibling script, not a package)
+from bench_tui import spawn_in_pty, stop  # noqa: E402 (a sibling script, not a package)
 
 MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$")
 ARENA_RESERVATION_KB = 64 * 1024  # glibc's HEAP_MAX_SIZE on 64-bit: a thread arena reserves this much
@@ -91,12 +90,7 @@ def status_fields(pid: int) -> dict[str, int]:
 
 
 def measure(command: list[str], warmup_s: float, cols: int, rows: int) -> dict[str, Any]:
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
-    pid, master = pty.fork()
-    if pid == 0:
-        set_winsize(1, rows, cols)
-        os.execvpe(command[0], command, env)
-    set_winsize(master, rows, cols)
+    pid, master = spawn_in_pty(command, cols, rows)
     deadline = time.monotonic() + warmup_s
     while time.monotonic() < deadline:  # drain the terminal so the program never blocks on a write
         readable, _, _ = select.select([master], [], [], 0.05)

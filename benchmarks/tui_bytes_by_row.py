@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pty
 import re
 import select
 import signal
@@ -22,19 +21,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tui import set_winsize  # noqa: E402
+from bench_tui import spawn_in_pty  # noqa: E402
 
 CURSOR_MOVE = re.compile(rb"\x1b\[(\d+);(\d+)H")
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
 
 
 def record(command: list[str], seconds: float, warmup: float, cols: int, rows: int) -> bytes:
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
-    pid, master = pty.fork()
-    if pid == 0:
-        set_winsize(1, rows, cols)
-        os.execvpe(command[0], command, env)
-    set_winsize(master, rows, cols)
+    pid, master = spawn_in_pty(command, cols, rows)
     start = time.monotonic()
     captured = bytearray()
     while time.monotonic() < start + warmup + seconds:
