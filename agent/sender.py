@@ -10,7 +10,8 @@ Nothing here can raise into, block, or grow inside the training loop.
 The period is 1 s by default (gpumix/wire/send_period.py: why, and its override). The sends are aligned
 across processes: at multiples of the period on CLOCK_MONOTONIC (system-wide on Linux), so that the
 ranks of a machine write together and cost the hub one or a few wake-ups a period, not one each. Steps
-faster than the ring can hold over a period wake the sender earlier (_wait_s). close() still sends the
+faster than the ring can hold over a period go early: while it waits, the sender looks at the ring's count
+every LOOK_S (a count, no work, no write) and sends once half of it is full. close() still sends the
 last steps at once.
 """
 
@@ -35,7 +36,7 @@ BACKOFF_MAX_S = 5.0
 # Sends land this long before each multiple of the period: the hub's optional read rounds
 # (gpumix/hub/agent_stream.py ReadRounds) resume the sockets at the multiples, and read them then.
 ALIGN_LEAD_S = 0.01
-FIRST_LOOK_S = 0.1  # until steps come, the sender looks this often: how fast they come decides its waits
+LOOK_S = 0.1  # while it waits for a send, the sender counts the ring's steps this often (a count, no work)
 BATCH_MESSAGES = 64  # messages per write
 # The ready steps are built, encoded and written in pieces, with a pause between two pieces: while this
 # thread holds the GIL, a training thread that released it (a torch call, the CUDA copy of a step)
@@ -79,9 +80,6 @@ class Sender:
         self.period_s = send_period_s() if period_s is None else period_s
         # steps this many pending wake the sender before its period ends (the ring is max_messages long)
         self._early_steps = max(1, max_messages // 2)
-        self._steps_per_s = 0.0  # how fast steps came since the last look (_wait_s)
-        self._seen_steps = False
-        self._looked_at_s = time.monotonic()
         self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_messages)
         self._wake = threading.Event()
         self._closing = threading.Event()
@@ -162,13 +160,12 @@ class Sender:
             if not self._queue and self._steps_pending() <= (0 if closing else 1):
                 if closing:
                     break
-                self._note_rate()  # no steps: no early wake-ups either
-                self._wait(self._wait_s())
+                self._wait_for_send()
                 continue
             if sock is None and time.monotonic() < retry_at:  # no hub: steps wait in the ring
                 if closing:
                     break
-                self._wait(min(self._wait_s(), retry_at - time.monotonic()))
+                self._wait(min(next_send_s(time.monotonic(), self.period_s), retry_at) - time.monotonic())
                 continue
             try:
                 if sock is not None and _closed_by_hub(sock):
@@ -177,7 +174,6 @@ class Sender:
                 if sock is None:
                     sock = self._connect()
                     backoff = BACKOFF_START_S
-                self._note_rate()
                 self._pump(sock, closing)
             except (OSError, ValueError, IndexError):
                 # hub absent, gone, stopped or slow: drop the connection, retry later
@@ -189,26 +185,20 @@ class Sender:
                 continue
             if closing:
                 break
-            self._wait(self._wait_s())
+            self._wait_for_send()
         if sock is not None:
             self._bye(sock)
 
-    def _note_rate(self) -> None:
-        """How fast steps came since the last look: the steps pending now over the time since."""
-        now, pending = time.monotonic(), self._steps_pending()
-        self._steps_per_s = pending / max(now - self._looked_at_s, 1e-3)
-        self._looked_at_s = now
-        self._seen_steps = self._seen_steps or pending > 0
-
-    def _wait_s(self) -> float:
-        """Until the next aligned send, or sooner when steps at the rate since the last look would fill
-        half the ring before it (at 1 s, steps faster than 512 a second: sent more often, not dropped);
-        FIRST_LOOK_S at most until the first step, whose rate is not known yet."""
-        now = time.monotonic()
-        wait = next_send_s(now, self.period_s) - now
-        if self._steps_per_s * wait > self._early_steps:
-            wait = self._early_steps / self._steps_per_s
-        return wait if self._seen_steps else min(wait, FIRST_LOOK_S)
+    def _wait_for_send(self) -> None:
+        """Until the next aligned send, or close(); sooner once half the ring is full. The count is looked
+        at every LOOK_S: a sudden run of fast steps (after a compile, an eval, a checkpoint) is sent, not
+        overwritten, whatever the rate before it (a rate learned at the last send missed such runs)."""
+        due_s = next_send_s(time.monotonic(), self.period_s)
+        while not self._closing.is_set() and self._steps_pending() < self._early_steps:
+            left_s = due_s - time.monotonic()
+            if left_s <= 0:
+                return
+            self._wait(min(LOOK_S, left_s))
 
     def _wait(self, seconds: float) -> None:
         self._wake.wait(max(0.0, seconds))

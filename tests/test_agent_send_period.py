@@ -151,6 +151,23 @@ def test_steps_faster_than_the_ring_holds_over_a_period_wake_the_sender_early(
     assert wait_until(lambda: hub_step(hub, "fast") == 1999, 10)
 
 
+def test_a_sudden_run_of_fast_steps_after_slow_ones_is_sent_not_overwritten(
+        hub_socket: tuple[Hub, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow first steps (a compile, an eval) then fast ones: the sender looks at the ring's count while it
+    waits, so the fast run is sent as it fills half the ring (a rate learned from the slow steps slept
+    through it, and the ring overwrote the oldest)."""
+    hub, path = hub_socket
+    monkeypatch.setenv("GPUMIX_AGENT_SEND_PERIOD_S", "10")
+    agent = Agent(path, job="ramp")
+    try:
+        run_steps(agent, 4, 0.3)
+        run_steps(agent, 3000, 0.0)  # as fast as the training thread goes: thousands a second
+        assert agent.dropped == 0
+    finally:
+        agent.close()
+    assert wait_until(lambda: hub_step(hub, "ramp") == 3003, 10)
+
+
 def test_an_agent_sending_every_tenth_of_a_second_still_works(hub_socket: tuple[Hub, str]) -> None:
     hub, path = hub_socket
     reads = counted_reads(hub)
