@@ -93,6 +93,9 @@ class Hub:
         # each step filed under its GPU's cap at the last tick: the power fit's learned curves
         self.cap_samples = CapSamples()
         self._caps_w: dict[str, float | None] = {}  # uuid -> cap at the last tick
+        # uuid -> wall time of the tick that first saw that cap: a step that ended before it may have run
+        # under the cap before (the agents send once a second), so it is not filed under this one
+        self._cap_since_wall_s: dict[str, float] = {}
         self._learned_points: dict[str, list[dict[str, Any]]] = {}  # the snapshot's power_points, made each tick
         self._intake = AgentIntake(self._infos, self.cap_samples)  # agents' hellos, steps and goodbyes
         self._ranks = self._intake.table.streams  # (job, run id, rank) -> its stream; read-only here
@@ -140,7 +143,11 @@ class Hub:
             self.cap_samples.expire(self._clock())
             self.history.add(samples)
             self._snapshot = snapshot
-            self._caps_w = {gpu["uuid"]: gpu.get("power_cap_w") for gpu in snapshot["gpus"]}
+            caps_w = {gpu["uuid"]: gpu.get("power_cap_w") for gpu in snapshot["gpus"]}
+            self._cap_since_wall_s = {
+                uuid: self._cap_since_wall_s.get(uuid, 0.0) if _same_or_unknown(self._caps_w.get(uuid), cap_w)
+                else snapshot["timestamp_s"] for uuid, cap_w in caps_w.items()}
+            self._caps_w = caps_w
             self._learned_points = _off_cap_points(self.cap_samples.view(self._clock()), self._caps_w)
             self._merged = None
             self.ticks += 1
@@ -240,7 +247,7 @@ class Hub:
         with self._lock:
             now_s = self._clock()
             for step in steps:
-                if self._intake.step(key, step, now_s, self._caps_w):
+                if self._intake.step(key, step, now_s, self._caps_w, self._cap_since_wall_s):
                     self._ranks_changed = True
 
     def agent_transport(self, key: RankKey, channels: list[dict[str, Any]]) -> None:
@@ -297,6 +304,11 @@ class Hub:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.hardware.backend.close()
+
+
+def _same_or_unknown(before_w: float | None, now_w: float | None) -> bool:
+    """No cap change to date steps against: the same cap, or no reading on either side."""
+    return before_w is None or now_w is None or same_cap(before_w, now_w)
 
 
 def _off_cap_points(points: dict[str, list[dict[str, Any]]],

@@ -65,9 +65,12 @@ class AgentIntake:
         self.table.put(key, stream)
         return (*key, self._connection_serial)
 
-    def step(self, key: RankKey, step: dict[str, Any], now_s: float, caps_w: dict[str, float | None]) -> bool:
-        """One step of the rank this connection feeds; `caps_w` the GPUs' caps at the last tick. False
-        when the connection is closed or replaced (the step is ignored)."""
+    def step(self, key: RankKey, step: dict[str, Any], now_s: float, caps_w: dict[str, float | None],
+             cap_since_wall_s: dict[str, float] | None = None) -> bool:
+        """One step of the rank this connection feeds; `caps_w` the GPUs' caps at the last tick, and when
+        the hub first saw each (wall clock): a step that ended before that (its "t") is not filed under
+        the cap, which it may not have run under. False when the connection is closed or replaced (the
+        step is ignored)."""
         rejected = step.pop("rejected", ())
         stream = self.table.for_connection(key)
         if stream is None:
@@ -83,8 +86,12 @@ class AgentIntake:
         stream.steps.append(step)
         if step.get("loss") is not None:
             stream.losses.append(step["loss"])
+        uuid = stream.gpu_uuid or ""
+        ended_s = step.get("t")
+        if ended_s is not None and cap_since_wall_s and ended_s < cap_since_wall_s.get(uuid, 0.0):
+            return True
         compute_s = step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0)
-        self._cap_samples.add(stream.gpu_uuid, caps_w.get(stream.gpu_uuid or ""), step.get("samples"),
+        self._cap_samples.add(stream.gpu_uuid, caps_w.get(uuid), step.get("samples"),
                               compute_s, step["step_time_s"], stream.last_seen_s)
         return True
 
