@@ -25,6 +25,7 @@ from gpumix.hw.hardware import Hardware
 from gpumix.wire import protocol
 from gpumix.wire.protocol import ProtocolError
 from tests.conftest import FixedHostSampler, ManualClock
+from tests.test_agent_send_period import counted_reads
 from tests.waiting import wait_until
 
 SOCKET_PATH = f"/tmp/gmx-batched-{os.getpid()}.sock"
@@ -221,14 +222,7 @@ def test_agent_steps_is_agent_step_for_each(demo_hardware: Hardware) -> None:
 def test_a_burst_of_frames_reaches_the_hub_in_few_calls(demo_hardware: Hardware) -> None:
     hub = Hub(demo_hardware, host_sampler=FixedHostSampler(), hostname="rig01")
     hub.tick()
-    calls: list[int] = []
-    inner = hub.agent_steps
-
-    def counting(key: Any, steps: list[dict[str, Any]]) -> None:
-        calls.append(len(steps))
-        inner(key, steps)
-
-    hub.agent_steps = counting  # type: ignore[method-assign]
+    calls = counted_reads(hub)
     server = HubServer(hub, SOCKET_PATH)
     server.start()
     try:
