@@ -9,7 +9,9 @@ world", lists them with sources; what is assumed says so).
   training: 80/90/95 % of peak at 280/330/380 W), not the product's prior (cap/TDP)^0.25.
 - The all-reduce goes through host memory (GeForce refuses P2P): each GPU moves 2(R-1)/R x the
   gradient over its own link, the slowest link paces it, and every staged byte is written to and
-  read from host memory, so host-memory bandwidth paces it too. DDP overlaps it with the backward.
+  read from host memory, so host-memory bandwidth paces it too. DDP overlaps it with the backward:
+  the buckets PyTorch DDP builds for ResNet-50, reduced in the order the backward produces them, the
+  gradient produced front-loaded (the backward meets layer4's 59 % of the bytes in its first fifth).
 - Per-rank noise and data-loader stalls, from a seeded generator: deterministic under a seed.
 
 Pure, no I/O. The demo ranks and the simulated GPUs follow it; the oracle benchmark searches it.
@@ -44,9 +46,37 @@ LINK_EFFICIENCY = 0.81
 CHIPSET_UPLINK_BYTES_PER_S = link_bytes_per_s(4, 4) or 0.0
 # STREAM copy on a desktop with dual-channel DDR4-3200 (51.2 GB/s theoretical) measures ~38 GB/s.
 DEFAULT_HOST_MEMORY_BYTES_PER_S = 38e9
-# DDP's gradient buckets (bucket_cap_mb=25), reduced in order as the backward fills them.
-BUCKET_BYTES = 25 * 1024**2
-BACKWARD_SHARE = 2 / 3  # of a rank's compute: the backward takes about twice the forward
+
+# -- the backward and DDP's overlap (benchmarks/resnet50_ddp_facts.py measured each figure below with
+# torch 2.13.0: benchmarks/results/resnet50_ddp_facts_s8_2026-12-02.json) ------------------------
+# The backward takes about twice the forward's FLOPs (the usual 2x: a layer's gradient w.r.t. its input
+# and w.r.t. its weights each cost its forward; Kaplan et al. 2020's C = 6N per token is 2N + 4N).
+# ResNet-50 counted with torch.utils.flop_counter: 16.12 GFLOP backward for 8.18 forward per image,
+# 1.97x (the stem needs no input gradient), so the backward is 66 % of the compute.
+BACKWARD_SHARE = 2 / 3
+# Where the backward's time and the gradient's bytes go, stage by stage in the order the backward
+# visits them: (stage, parameters, backward FLOPs per 224 px image). The architecture is He et al.
+# 2015, Table 1 (torchvision's v1.5 layout: stride in the 3x3 conv; torchvision is not installed, so
+# the script writes it out: 25,557,032 parameters, 4.09 GMAC forward). A stage's backward time is
+# taken in proportion to its FLOPs (assumed: a GPU runs layer4's small 7x7 maps less efficiently, so
+# this, if anything, understates how early the bytes come). Within a stage the bytes are released
+# linearly over its time: a stage is a run of alike bottleneck blocks, each releasing its conv
+# weights' gradients as the backward passes through it.
+RESNET50_BACKWARD_STAGES: tuple[tuple[str, int, float], ...] = (
+    ("fc", 2_049_000, 8.192e6),
+    ("layer4", 14_964_736, 3.237e9),
+    ("layer3", 7_098_368, 5.857e9),
+    ("layer2", 1_219_584, 4.110e9),
+    ("layer1", 215_808, 2.672e9),
+    ("conv1", 9_536, 2.360e8),
+)
+# PyTorch DDP's gradient buckets for ResNet-50 after its first iteration, in the order it reduces
+# them (bytes). torch/nn/parallel/distributed.py: bucket_cap_mb defaults to 25 MiB and the first
+# bucket to torch.distributed._DEFAULT_FIRST_BUCKET_BYTES (1 MiB); from the second iteration the
+# reducer rebuilds the buckets in the order the gradients became ready (the backward's order), and a
+# bucket closes at the tensor that fills it: so the first is the fc's 8.2 MB (its 8 MB weight is one
+# tensor), then layer4 and layer3 in buckets of 26-32 MB, and the last, what is left, 9.7 MB.
+DDP_BUCKETS_RESNET50_BYTES = (8_196_000, 31_502_336, 26_255_360, 26_550_272, 9_724_160)
 
 # -- noise and stalls (assumed: a training job's step-to-step spread, a loader that runs dry) ---
 NOISE_SD = 0.02  # per rank and step, multiplicative
@@ -118,18 +148,37 @@ def _curve(physics: Physics, watts: float) -> float:
     return s0 + (s1 - s0) * (watts - w0) / (w1 - w0)
 
 
+def backward_share_done(gradient_share: float) -> float:
+    """Share of the backward's time gone when it has produced this share of the gradient's bytes:
+    piecewise linear through the stages' ends (RESNET50_BACKWARD_STAGES)."""
+    if gradient_share >= 1.0:
+        return 1.0  # the last byte comes with the backward's end (no rounding left over)
+    total_params = sum(p for _, p, _ in RESNET50_BACKWARD_STAGES)
+    total_flops = sum(f for _, _, f in RESNET50_BACKWARD_STAGES)
+    bytes_done = time_done = 0.0
+    for _, params, flops in RESNET50_BACKWARD_STAGES:
+        stage_bytes, stage_time = params / total_params, flops / total_flops
+        if gradient_share <= bytes_done + stage_bytes:
+            return time_done + stage_time * max(0.0, gradient_share - bytes_done) / stage_bytes
+        bytes_done += stage_bytes
+        time_done += stage_time
+    return 1.0
+
+
 def exposed_comm_seconds(slowest_compute_s: float, allreduce_s: float, gradient_bytes: float = GRADIENT_BYTES) -> float:
-    """The all-reduce's time not hidden behind the backward. Buckets become ready as the slowest
-    rank's backward produces them (linearly over it); the links reduce one bucket at a time."""
+    """The all-reduce's time not hidden behind the backward. Each DDP bucket becomes ready once the
+    slowest rank's backward has produced its last byte; the links reduce one bucket at a time, in
+    order. The buckets are ResNet-50's, as shares of the gradient (the reduction time is per byte)."""
     if allreduce_s <= 0 or gradient_bytes <= 0:
         return 0.0
     forward_s = slowest_compute_s * (1 - BACKWARD_SHARE)
+    backward_s = slowest_compute_s * BACKWARD_SHARE
+    total = sum(DDP_BUCKETS_RESNET50_BYTES)
     produced = finish_s = 0.0
-    while produced < gradient_bytes:
-        size = min(BUCKET_BYTES, gradient_bytes - produced)
+    for size in DDP_BUCKETS_RESNET50_BYTES:
         produced += size
-        ready_s = forward_s + slowest_compute_s * BACKWARD_SHARE * produced / gradient_bytes
-        finish_s = max(finish_s, ready_s) + allreduce_s * size / gradient_bytes
+        ready_s = forward_s + backward_s * backward_share_done(produced / total)
+        finish_s = max(finish_s, ready_s) + allreduce_s * size / total
     return finish_s - slowest_compute_s
 
 
