@@ -15,6 +15,7 @@ from typing import Any
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.driver import Driver
 from textual.filter import Monochrome, NoColor
 from textual.geometry import Size
 from textual.screen import ModalScreen, Screen
@@ -106,6 +107,16 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
         self._series: dict[tuple[int, str], list[float | None]] = {}  # the selected GPU's history
         self._series_index: int | None = 0
         self._received_at_s = time.monotonic()  # when the last snapshot came (monotonic s)
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, except on a Linux terminal: there one whose input thread sleeps until a key
+        comes (gpumix.tui.input_driver; Textual's wakes ten times a second)."""
+        driver_class = super().get_driver_class()
+        if (driver_class.__module__, driver_class.__name__) == ("textual.drivers.linux_driver", "LinuxDriver"):
+            from gpumix.tui.input_driver import QuietInputDriver
+
+            return QuietInputDriver
+        return driver_class
 
     def compose(self) -> ComposeResult:
         # panels of plain text repainting only the columns that changed (the clock, a rate)

@@ -19,7 +19,7 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from gpumix.tui import terminal_writes
+from gpumix.tui import partial_render, terminal_writes
 from gpumix.tui.cell_render import plain_cell
 
 MAX_ROWS = 4096  # the hub keeps at most 4096 ranks; a table never holds more rows than that
@@ -55,6 +55,7 @@ class KeyedTable(DataTable):
 
     def on_mount(self) -> None:
         terminal_writes.install()  # partial updates start at the changed cell
+        partial_render.install()  # and render only the changed rows
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False) -> Any:

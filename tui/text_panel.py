@@ -26,7 +26,7 @@ from textual.strip import Strip
 from textual.visual import Visual, visualize
 from textual.widgets import Static
 
-from gpumix.tui import terminal_writes
+from gpumix.tui import partial_render, terminal_writes
 
 MERGE_GAP = 12  # unchanged columns between two changes that cost less to rewrite than to skip
 # (a cursor move and the style opened again take about as many bytes)
@@ -144,6 +144,7 @@ class TextPanel(Static):
 
     def on_mount(self) -> None:
         terminal_writes.install()  # partial updates start at the changed column
+        partial_render.install()  # and render only the changed rows
 
 
 def _at_row(strip: Strip, y: int) -> Strip:
