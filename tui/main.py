@@ -24,6 +24,7 @@ from gpumix.cli.common import (
     fail,
     positive_float,
 )
+from gpumix.cli.docstring_free import forget_reexec, reexec_without_docstrings
 from gpumix.cli.recording import add_record_flags, resolve_record_flags, start_recording
 from gpumix.hub.client import HubClient
 from gpumix.tui.remote import add_hub_flags, failure_reason, open_source, print_snapshot
@@ -159,8 +160,11 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    forget_reexec()
     args = build_parser().parse_args(argv)
     check_flags(args)
+    # the monitor drops its interpreter's docstrings (~2 MB) before Textual loads; one-shots never re-exec
+    reexec_without_docstrings(interactive=argv is None and not args.once)
     if args.replay:
         load_asyncio_without_ssl(args)
         from gpumix.tui.replay import run_replay

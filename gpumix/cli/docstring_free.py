@@ -1,0 +1,86 @@
+"""The interactive monitor's interpreter without docstrings: gpumix-top re-executes itself once with
+PYTHONOPTIMIZE=2 (`python -OO`) before it loads Textual (issue 13: RSS <= nvitop's + 10 MB).
+
+Docstrings are kept in memory with each function's code: Textual's, Rich's, asyncio's and ours come
+to ~2.2 MB of a 41 MB dashboard (benchmarks/results/rss3_*_s8_2026-12-02.json). Nothing in the
+dashboard reads a docstring, and -OO's other effect, dropping `assert`, checks nothing it relies on.
+
+The same program and pid go on (execve of the same script: `ps` shows the same command); the kernel's
+peak RSS (VmHWM) starts again with the new image. Only when:
+- it is the interactive monitor started as the `gpumix-top` script (not --once, not main(argv) from
+  Python, not `python -m`): the one-shots keep their start-up;
+- $PYTHONOPTIMIZE is not set (the user's choice stands), and this is not the re-executed process
+  ($GPUMIX_TOP_REEXEC);
+- `-OO`'s compiled files can be read or written: without them every start would compile Textual from
+  source, ~9 MB more at the peak (PYTHONDONTWRITEBYTECODE, a read-only site-packages);
+- $GPUMIX_TOP_DOCSTRINGS is not set (1: keep them, e.g. to debug).
+
+The re-executed process drops PYTHONOPTIMIZE from its environment: what it starts (the probe, an
+editor) runs as it would have.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Mapping, MutableMapping
+
+REEXEC_ENV = "GPUMIX_TOP_REEXEC"  # set on the re-executed process only: never twice
+KEEP_ENV = "GPUMIX_TOP_DOCSTRINGS"
+SCRIPT_NAME = "gpumix-top"
+PROBE_PACKAGE = "textual"  # the bulk of the docstrings: its -OO files stand for the others'
+
+
+def optimized_files_usable(package: str = PROBE_PACKAGE) -> bool:
+    """Whether -OO's compiled file of PACKAGE exists, or can be written at its first import."""
+    spec = importlib.util.find_spec(package)  # finds, imports nothing
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    cached = importlib.util.cache_from_source(spec.origin, optimization=2)  # honours PYTHONPYCACHEPREFIX
+    if os.path.exists(cached):
+        return True
+    if sys.dont_write_bytecode:
+        return False
+    folder = os.path.dirname(cached)
+    while folder and not os.path.isdir(folder):  # __pycache__ (or the prefix's tree) is made at import
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
+    return os.access(folder, os.W_OK)
+
+
+def reexec_command(argv0: str, environ: Mapping[str, str], optimize: int, interactive: bool,
+                   files_usable: bool) -> tuple[str, dict[str, str]] | None:
+    """The script and environment to re-execute with, or None to go on as is."""
+    if not interactive or optimize or "PYTHONOPTIMIZE" in environ or REEXEC_ENV in environ or environ.get(KEEP_ENV):
+        return None
+    if os.path.basename(argv0) != SCRIPT_NAME or not os.path.isfile(argv0) or not os.access(argv0, os.X_OK):
+        return None
+    if not files_usable:
+        return None
+    return argv0, {**environ, "PYTHONOPTIMIZE": "2", REEXEC_ENV: "1"}
+
+
+def reexec_without_docstrings(interactive: bool) -> None:
+    """Re-execute gpumix-top at -OO when it pays (see the module's notes); returns when it does not.
+    An exec that fails leaves this process going on as before."""
+    command = reexec_command(sys.argv[0], os.environ, sys.flags.optimize, interactive,
+                             interactive and optimized_files_usable())
+    if command is None:
+        return
+    script, environ = command
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(script, [script, *sys.argv[1:]], environ)
+    except OSError:
+        return
+
+
+def forget_reexec(environ: MutableMapping[str, str] | None = None) -> None:
+    """In the re-executed process: PYTHONOPTIMIZE is gpumix-top's own, not for what it starts."""
+    environ = os.environ if environ is None else environ
+    if environ.pop(REEXEC_ENV, None) is not None:
+        environ.pop("PYTHONOPTIMIZE", None)

@@ -1,0 +1,145 @@
+"""The interactive monitor drops its interpreter's docstrings, round 3 (issue 13: the dashboard's RSS).
+
+gpumix-top re-executes itself once with PYTHONOPTIMIZE=2 before Textual loads (gpumix/cli/docstring_free.py):
+the real console script in a real pseudo-terminal, its wiring in main() (only the interactive monitor
+started as the script; never a one-shot or main(argv) from Python), and the guards (the user's own
+PYTHONOPTIMIZE, -OO's compiled files neither there nor writable, the opt-out).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import string
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gpumix.cli import docstring_free
+from gpumix.cli.docstring_free import KEEP_ENV, REEXEC_ENV, forget_reexec, reexec_command
+
+REPO = Path(__file__).resolve().parent.parent
+RIG = str(REPO / "benchmarks" / "rig_1gpu.toml")
+SCRIPT = Path(sys.executable).parent / "gpumix-top"  # the console script the package installs
+
+
+def reexec_env(tmp_path: Path) -> dict[str, str]:
+    """An environment where -OO's compiled files can be written (a private cache prefix), never a user's hub."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONOPTIMIZE", REEXEC_ENV, KEEP_ENV)}
+    return {**env, "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache"), "GPUMIX_HUB": "/nonexistent/hub.sock",
+            "XDG_RUNTIME_DIR": str(tmp_path), "TERM": "xterm-256color"}
+
+
+def test_the_monitor_runs_at_OO_in_the_same_process_and_draws(tmp_path: Path) -> None:
+    """The real script in a pseudo-terminal: the process that draws the screen is the one started (same pid,
+    same command line and name) and runs with PYTHONOPTIMIZE=2 (its image's environment)."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    process = subprocess.Popen([str(SCRIPT), "--sim", RIG, "--interval", "1"], stdin=slave, stdout=slave, stderr=slave,
+                               env=reexec_env(tmp_path), start_new_session=True, close_fds=True, cwd="/")
+    os.close(slave)
+    output = bytearray()
+    try:
+        deadline = time.monotonic() + 120  # a hang guard: the first start compiles -OO's files into the prefix
+        while b"4090" not in output and time.monotonic() < deadline and process.poll() is None:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    output += os.read(master, 65536)
+                except OSError:
+                    break
+        assert b"4090" in output, (process.poll(), bytes(output[-2000:]))
+        environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
+        cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"PYTHONOPTIMIZE=2" in environ
+        assert str(SCRIPT).encode() in cmdline and b"--sim" in cmdline
+        assert Path(f"/proc/{process.pid}/comm").read_text().strip() == "gpumix-top"
+        os.write(master, b"q")
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+
+
+MAIN_WITH_EXEC_RECORDED = textwrap.dedent("""
+    import json, os, sys
+    import gpumix.tui.main as entry
+    def execve(path, args, env):  # recorded instead of done: the test reads what would have run
+        print(json.dumps({"exec": path, "args": args, "optimize": env.get("PYTHONOPTIMIZE")}), flush=True)
+        os._exit(0)
+    os.execve = execve
+    entry.run_app = lambda source, args: print(json.dumps({"app": True}), flush=True) or 0
+    sys.argv = [$script, *$args]
+    sys.exit(entry.main(None if $from_script else $args))
+""")
+
+
+def run_main(tmp_path: Path, args: list[str], from_script: bool = True) -> str:
+    code = string.Template(MAIN_WITH_EXEC_RECORDED).substitute(script=repr(str(SCRIPT)), args=repr(args),
+                                                               from_script=repr(from_script))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=reexec_env(tmp_path), cwd="/")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_only_the_interactive_monitor_started_as_the_script_reexecutes(tmp_path: Path) -> None:
+    interactive = json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"]))
+    assert interactive == {"exec": str(SCRIPT), "args": [str(SCRIPT), "--sim", RIG, "--interval", "1"], "optimize": "2"}
+    # the one-shot keeps its start-up: no second interpreter, its JSON printed by this process
+    once = json.loads(run_main(tmp_path, ["--sim", RIG, "--once", "--json"]))
+    assert "exec" not in once and once["gpus"]
+    # main(argv) from Python (tests, embedding) never replaces its process
+    assert json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"], from_script=False)) == {"app": True}
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"interactive": False}, "a one-shot"),
+    ({"optimize": 1}, "already optimized"),
+    ({"environ": {"PYTHONOPTIMIZE": "1"}}, "the user's PYTHONOPTIMIZE stands"),
+    ({"environ": {REEXEC_ENV: "1"}}, "the re-executed process itself"),
+    ({"environ": {KEEP_ENV: "1"}}, "opted out"),
+    ({"argv0": str(REPO / "tui" / "main.py")}, "python -m gpumix.tui.main"),
+    ({"argv0": "/nonexistent/bin/gpumix-top"}, "no such script"),
+    ({"files_usable": False}, "-OO's files neither there nor writable"),
+])
+def test_the_reexec_is_skipped_where_it_does_not_pay_or_is_not_ours(change: dict, why: str) -> None:
+    arguments = {"argv0": str(SCRIPT), "environ": {"HOME": "/root"}, "optimize": 0, "interactive": True,
+                 "files_usable": True}
+    assert reexec_command(**arguments) == (str(SCRIPT), {"HOME": "/root", "PYTHONOPTIMIZE": "2", REEXEC_ENV: "1"})
+    assert reexec_command(**{**arguments, **change}) is None, why
+
+
+def test_the_reexecuted_process_gives_what_it_starts_the_environment_it_was_started_with() -> None:
+    environ = {"PYTHONOPTIMIZE": "2", REEXEC_ENV: "1", "PATH": "/bin"}
+    forget_reexec(environ)
+    assert environ == {"PATH": "/bin"}
+    users = {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}  # the user's own: kept
+    forget_reexec(users)
+    assert users == {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}
+
+
+def files_usable_in(env: dict[str, str]) -> bool:
+    code = "from gpumix.cli.docstring_free import optimized_files_usable; print(optimized_files_usable())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/", check=True)
+    return result.stdout.strip() == "True"
+
+
+def test_optimized_files_usable_reads_the_cache_where_this_interpreter_looks(tmp_path: Path) -> None:
+    env = reexec_env(tmp_path)
+    assert files_usable_in(env)  # an empty, writable prefix: written at the first -OO import
+    assert not files_usable_in({**env, "PYTHONDONTWRITEBYTECODE": "1"})  # none there and none written
+    compiled = subprocess.run([sys.executable, "-OO", "-c", "import textual"], env=env, cwd="/")  # -OO's files made
+    assert compiled.returncode == 0
+    assert files_usable_in({**env, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert not docstring_free.optimized_files_usable("no_such_package_here")
