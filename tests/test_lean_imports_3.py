@@ -139,7 +139,10 @@ def test_optimized_files_usable_reads_the_cache_where_this_interpreter_looks(tmp
     env = reexec_env(tmp_path)
     assert files_usable_in(env)  # an empty, writable prefix: written at the first -OO import
     assert not files_usable_in({**env, "PYTHONDONTWRITEBYTECODE": "1"})  # none there and none written
-    compiled = subprocess.run([sys.executable, "-OO", "-c", "import textual"], env=env, cwd="/")  # -OO's files made
+    compiled = subprocess.run([sys.executable, "-OO", "-c", "import asyncio"], env=env, cwd="/")  # -OO's files made
+    assert compiled.returncode == 0
+    assert not files_usable_in({**env, "PYTHONDONTWRITEBYTECODE": "1"})  # the standard library's only: not Textual's
+    compiled = subprocess.run([sys.executable, "-OO", "-c", "import textual"], env=env, cwd="/")
     assert compiled.returncode == 0
     assert files_usable_in({**env, "PYTHONDONTWRITEBYTECODE": "1"})
-    assert not docstring_free.optimized_files_usable("no_such_package_here")
+    assert not docstring_free.optimized_files_usable(("asyncio", "no_such_package_here"))

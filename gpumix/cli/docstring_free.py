@@ -29,11 +29,17 @@ from collections.abc import Mapping, MutableMapping
 REEXEC_ENV = "GPUMIX_TOP_REEXEC"  # set on the re-executed process only: never twice
 KEEP_ENV = "GPUMIX_TOP_DOCSTRINGS"
 SCRIPT_NAME = "gpumix-top"
-PROBE_PACKAGE = "textual"  # the bulk of the docstrings: its -OO files stand for the others'
+# The bulk of the code loaded: Textual's -OO files stand for the site-packages', asyncio's for the standard
+# library's (a system Python's may be read-only and shipped without them).
+PROBE_PACKAGES = ("textual", "asyncio")
 
 
-def optimized_files_usable(package: str = PROBE_PACKAGE) -> bool:
-    """Whether -OO's compiled file of PACKAGE exists, or can be written at its first import."""
+def optimized_files_usable(packages: tuple[str, ...] = PROBE_PACKAGES) -> bool:
+    """Whether -OO's compiled files of each of PACKAGES exist, or can be written at their first import."""
+    return all(_optimized_file_usable(package) for package in packages)
+
+
+def _optimized_file_usable(package: str) -> bool:
     spec = importlib.util.find_spec(package)  # finds, imports nothing
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return False
