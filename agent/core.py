@@ -26,7 +26,7 @@ from gpumix.agent.lazy import LazyScalar, PinnedPool, computed, initialized_devi
 from gpumix.agent.pinned_block import pinned_block
 from gpumix.agent.process_figures import ProcessFigures
 from gpumix.agent.restart import RestartControl, load_run_plan
-from gpumix.agent.sampling import DeviceSampling
+from gpumix.agent.sampling import DeviceSampling, copy_interval_s
 from gpumix.agent.sender import Sender
 from gpumix.agent.step_record import (  # noqa: F401  (re-exported: the agent's names, as before)
     AMP_FIELDS,
@@ -81,7 +81,6 @@ class Agent:
         self._wall_offset_s = time.time() - time.perf_counter()  # a step's wall clock, from its perf_counter end
         self._cuda = identity.uses_cuda()
         self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
-        self.sampling = DeviceSampling()  # which steps copy their CUDA values: at most one each 0.1 s
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
         self._figures = ProcessFigures(self._cuda, self.cuda_device)  # allocator and process, once a second
         # psutil, which the sender thread reads the process's figures with, imported now, before the steps:
@@ -94,6 +93,8 @@ class Agent:
         self.plan = load_run_plan()
         self.sender = Sender(address, self._hello, max_messages=max_messages, collect=self._collect,
                              pending=lambda: self._ring.pending)
+        # which steps copy their CUDA values: COPIES_PER_SEND a send period (0.5 s apart at the default 1 s)
+        self.sampling = DeviceSampling(copy_interval_s(self.sender.period_s))
 
     def _hello(self) -> dict[str, Any]:
         return identity.hello(self.rank, self.local_rank, self.world_size, self.gpu_uuid, self.nvml_index, self.job)
@@ -133,47 +134,55 @@ class Agent:
 
     # -- steps --------------------------------------------------------------------
 
-    def step(self, samples: Any = None, tokens: Any = None) -> StepContext:
-        """`with agent.step(samples=len(batch)) as s: ...; s.loss = loss`."""
-        return StepContext(self, self.step_begin(samples, tokens))
-
-    def step_begin(self, samples: Any = None, tokens: Any = None) -> StepRecord:
-        record = StepRecord(self.steps, samples, tokens)
+    def step(self, samples: Any = None, tokens: Any = None) -> StepRecord:
+        """`with agent.step(samples=len(batch)) as s: ...; s.loss = loss`: the record is its own context
+        manager (leaving the `with` ends the step), one object a step."""
+        record = StepRecord(self.steps, samples, tokens, self)
         if self._last_end_s is not None:
             record.data_wait_s = record.begin_s - self._last_end_s
         return record
 
+    step_begin = step  # for integrations that end the step themselves (agent.step_end(record))
+
     def step_end(self, record: StepRecord, **values: Any) -> None:
-        """End a step (the context manager calls this). Never raises."""
+        """End a step (leaving the record's `with` calls this). Never raises.
+
+        The training thread's cost per step is the point here (issue 13): no call that is not needed,
+        the script's numbers found in the record's own __dict__ (a number not set is a class default,
+        never looked at), plain ints and floats passed over by their type."""
         try:
-            self._step_end(record, values)
+            record.end_s = end_s = time.perf_counter()
+            if values:
+                for name, value in values.items():
+                    setattr(record, name, value)
+            last_end_s = self._last_end_s
+            record.step_time_s = end_s - (last_end_s if last_end_s is not None else record.begin_s)
+            self._last_end_s = end_s
+            if self._amp is not None and record.loss_scale is None:
+                record.loss_scale = self._amp.scale_tensor()
+            due = record.device_due = self.sampling.due(end_s)
+            copied = False
+            torch = sys.modules.get("torch")
+            fields = record.__dict__
+            for name, value in fields.items():  # a tensor loss is replaced: the graph is not kept alive
+                kind = type(value)
+                if kind is int or kind is float or value is None or name not in RECORD_NUMBERS:
+                    continue
+                if not due and torch is not None and isinstance(value, torch.Tensor) and value.is_cuda:
+                    fields[name] = None  # a CUDA tensor on a step not due: left out, nothing queued on the GPU
+                else:  # anything else (and a CUDA value on a due step): made plain, a CUDA one copied
+                    copied = self._plain(record, name, value) or copied
+            if copied:
+                self.sampling.copied(end_s)
+            self.steps = record.index + 1
+            self._last = record
+            if self._steps_device is None and self._cuda:
+                self._steps_device = initialized_device()
+            self._ring.put(record)  # the sender thread takes it from here
         except Exception:
             if not self._warned:
                 self._warned = True
                 log.warning("gpumix agent: step bookkeeping failed; training goes on", exc_info=True)
-
-    def _step_end(self, record: StepRecord, values: dict[str, Any]) -> None:
-        record.end_s = time.perf_counter()
-        for name, value in values.items():
-            setattr(record, name, value)
-        started = self._last_end_s if self._last_end_s is not None else record.begin_s
-        record.step_time_s = record.end_s - started
-        self._last_end_s = record.end_s
-        if self._amp is not None and record.loss_scale is None:
-            record.loss_scale = self._amp.scale_tensor()
-        record.device_due = self.sampling.due(record.end_s)
-        copied = False
-        for name in RECORD_NUMBERS:  # a tensor loss is replaced: the graph is not kept alive
-            value = getattr(record, name, None)
-            if value is not None and type(value) is not int and type(value) is not float:
-                copied = self._plain(record, name, value) or copied
-        if copied:
-            self.sampling.copied(record.end_s)
-        self.steps = record.index + 1
-        self._last = record
-        if self._steps_device is None and self._cuda:
-            self._steps_device = initialized_device()
-        self._ring.put(record)  # the sender thread takes it from here
 
     # -- the sender thread's side ----------------------------------------------------
 

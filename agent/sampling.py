@@ -1,24 +1,37 @@
-"""Which steps copy their CUDA values (the loss, the loss scale) from the GPU: at most one every
-DEVICE_READ_INTERVAL_S.
+"""Which steps copy their CUDA values (the loss, the loss scale) from the GPU: COPIES_PER_SEND a send
+period (gpumix/wire/send_period.py), at most one every MIN_INTERVAL_S.
 
 Copying a CUDA value without a synchronisation takes a copy to pinned memory and an event, queued on
 the training thread (the sender thread cannot queue them: by then the GPU is steps ahead, past the
-deferral window of agent/core.py). A step that copies cost 35.8 µs on an H200 against 3.8 µs with
-the loss on the CPU (docs/benchmarks.md, the recheck rows), so a step copies its CUDA values only
-when it is due: the first step with one, and then the first step ending DEVICE_READ_INTERVAL_S or
-more after the last copy (so always the step after a pause: an evaluation, a checkpoint, a stalled
-loader). The other steps send their plain numbers and times and leave the CUDA values out: the hub's
-loss history is sampled at <= 10 Hz, the rate the sender sends at anyway. CPU values (a float, a CPU
-tensor) are read every step.
+deferral window of agent/core.py). Each of those CUDA calls hands the GIL away, and on an H200 VM a
+copying step cost 467 µs (no hub) to 554 µs (live hub) on average against ~10 µs for the others
+(docs/benchmarks.md, session 7): at ten copies a second they were a third of the agent's mean cost on
+1 ms steps. So a step copies its CUDA values only when it is due: the first step with one, and then the
+first step ending copy_interval_s() or more after the last copy (so always the step after a pause
+that long: an evaluation, a checkpoint, a stalled loader). The other steps send their plain numbers
+and times and leave the CUDA values out. CPU values (a float, a CPU tensor) are read every step.
 
-A non-finite loss needs no per-step check: once the weights are NaN every later loss is NaN, so the
-next sample shows it; a GradScaler's inf/NaN steps are counted from the scale's drops, which the
-sampled scale still shows (AmpWatch counts each halving between two samples as one skipped step).
+Why two a send period is enough: the sender hands the hub a period's steps at once, and the hub and
+the dashboard look once a second. The hub keeps the last LOSS_HISTORY_KEPT (60) losses received for
+the rank's sparkline and shows the newest as the rank's loss: at two a second the sparkline spans 30 s
+of the run instead of 6 s, and the loss shown is at most half a period older than the batch it came
+in. A non-finite loss needs no per-step check: once the weights are NaN every later loss is NaN, so
+the next sample shows it, within one interval. A GradScaler's inf/NaN steps are counted from the
+scale's drops, which the sampled scale still shows (AmpWatch counts each halving between two samples
+as one skipped step); a drop and a regrowth between two samples would be missed, but GradScaler grows
+the scale only after 2000 steps without a skip, longer than an interval at any usual step time.
 """
 
 from __future__ import annotations
 
-DEVICE_READ_INTERVAL_S = 0.1  # about ten samples per send (the send period is 1 s)
+COPIES_PER_SEND = 2  # CUDA copies a send period (the period: 1 s by default)
+MIN_INTERVAL_S = 0.1  # never more often than this (GPUMIX_AGENT_SEND_PERIOD_S=0.1: ten a second, as before)
+DEVICE_READ_INTERVAL_S = 0.5  # the interval at the default send period of 1 s
+
+
+def copy_interval_s(send_period_s: float) -> float:
+    """The least time between two copying steps for a sender that sends every send_period_s."""
+    return max(MIN_INTERVAL_S, send_period_s / COPIES_PER_SEND)
 
 
 class DeviceSampling:

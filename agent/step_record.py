@@ -31,14 +31,20 @@ def record_numbers(ranges: dict[str, tuple[float, float]]) -> tuple[str, ...]:
 RECORD_NUMBERS = record_numbers(STEP_NUMBER_RANGES)  # samples, tokens, loss, lr, forward_s, ..., loss_scale
 
 
+class _EndsSteps(Protocol):
+    def step_end(self, record: StepRecord) -> None: ...
+
+
 class StepRecord:
     """What `with agent.step(...) as step:` hands out: set loss, lr, tokens, phase times on it.
 
     The script may set numbers, numpy scalars or tensors (a CUDA tensor is read once computed,
-    no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py)."""
+    no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py).
+    The record is its own context manager (one object a step, not two): leaving the `with` ends it."""
 
     # Every number of RECORD_NUMBERS is an attribute, None until set (class defaults below: nothing
-    # per step). comm_s: set by an integration, else from the comm probes; loss_scale: the GradScaler's
+    # per step; a number the script sets is in the instance's __dict__, where the step's end looks).
+    # comm_s: set by an integration, else from the comm probes; loss_scale: the GradScaler's
     # scale after this step (watch_amp), read once computed.
     loss: Any
     lr: Any
@@ -47,27 +53,33 @@ class StepRecord:
     optimizer_s: Any
     comm_s: Any
     loss_scale: Any
+    end_s: float | None = None
+    step_time_s: float | None = None  # previous step's end to this one's end
+    data_wait_s: float | None = None  # previous step's end to this one's begin
+    device_due = False  # its CUDA values are copied (agent/sampling.py), decided when it ends
 
-    def __init__(self, index: int, samples: Any, tokens: Any) -> None:
+    def __init__(self, index: int, samples: Any, tokens: Any, agent: _EndsSteps | None = None) -> None:
+        self._agent = agent  # who ends it when the `with` is left
         self.index = index
         self.samples = samples
         self.tokens = tokens
         self.begin_s = time.perf_counter()
-        self.end_s: float | None = None
-        self.step_time_s: float | None = None  # previous step's end to this one's end
-        self.data_wait_s: float | None = None  # previous step's end to this one's begin
-        self.device_due = False  # its CUDA values are copied (agent/sampling.py), decided when it ends
+
+    def __enter__(self) -> StepRecord:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        if kind is None and self._agent is not None:  # a step that raised is the script's business
+            self._agent.step_end(self)
 
 
 for _name in RECORD_NUMBERS:
     setattr(StepRecord, _name, None)
 
 
-class _EndsSteps(Protocol):
-    def step_end(self, record: StepRecord) -> None: ...
-
-
 class StepContext:
+    """A record's step as a context manager, for a record made without its agent."""
+
     __slots__ = ("agent", "record")
 
     def __init__(self, agent: _EndsSteps, record: StepRecord) -> None:

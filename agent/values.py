@@ -56,7 +56,7 @@ def _tensor(value: Any, torch: Any, pinned: PinnedPool | None, average: bool) ->
     elements = value.numel()
     if elements != 1 and not average:
         raise NotANumber(f"a tensor of {elements} elements")
-    if value.device.type == "cuda" and pinned is not None:
+    if value.is_cuda and pinned is not None:  # is_cuda: device.type builds a torch.device each call
         return LazyScalar(value, pinned)  # read once computed: .item() now would wait for the GPU
     if elements != 1:
         return float(value.detach().float().mean())

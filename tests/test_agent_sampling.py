@@ -16,7 +16,8 @@ from gpumix.agent import core
 from gpumix.agent.amp import AmpWatch
 from gpumix.agent.core import Agent
 from gpumix.agent.lazy import LazyScalar
-from gpumix.agent.sampling import DEVICE_READ_INTERVAL_S, DeviceSampling
+from gpumix.agent.sampling import DEVICE_READ_INTERVAL_S, DeviceSampling, copy_interval_s
+from gpumix.wire.send_period import PERIOD_S
 from tests.waiting import wait_until
 
 ABSENT = "/nonexistent/gpumix-hub.sock"  # no hub: the sender never collects, the test does
@@ -33,7 +34,8 @@ def test_the_first_step_is_due_then_at_most_one_each_interval() -> None:
         clock_s += 1 / 64
     assert [index for index, is_due in enumerate(due) if is_due] == [0, 8, 16, 24]
     assert sampling.copies == 4
-    assert DEVICE_READ_INTERVAL_S == 0.1 and DeviceSampling().interval_s == DEVICE_READ_INTERVAL_S
+    # the default: COPIES_PER_SEND a default send period (tests/test_agent_copy_interval.py: the agent's own)
+    assert DEVICE_READ_INTERVAL_S == copy_interval_s(PERIOD_S) and DeviceSampling().interval_s == DEVICE_READ_INTERVAL_S
 
 
 def test_the_step_after_a_pause_is_due_and_a_due_step_without_a_copy_keeps_it_due() -> None:
