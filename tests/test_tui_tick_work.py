@@ -43,7 +43,7 @@ async def test_a_snapshot_reaches_the_dashboard_without_a_dom_query(demo_hub: Hu
             original = getattr(DOMNode, name)
             monkeypatch.setattr(DOMNode, name, lambda self, *a, _o=original, _n=name, **k: (queries.append(_n), _o(self, *a, **k))[1])
         snapshot = demo_hub.snapshot()
-        app.render_snapshot({**snapshot, "timestamp_s": snapshot["timestamp_s"] + 1.0})  # the clock moves
+        app.render_snapshot({**snapshot, "timestamp_s": snapshot["timestamp_s"] + 60.0})  # the clock (minutes) moves
         app._check_stale()
         monkeypatch.undo()
         assert queries == []

@@ -97,14 +97,26 @@ def power_draw_cap(draw: float | None, cap: float | None) -> str:
     return f"{watts(draw)}/{watts(cap)}W"
 
 
+# PCIe traffic below this is a card's housekeeping, not work: an idle H200's byte counters read
+# 30-60 KB/s RX and 340-370 KB/s TX, with ticks of 0.33-0.71 MB/s, a new value every second
+# (benchmarks/results/sampling_idle_h200_2026-12-01.json). Shown to 3 digits it rewrote both rate
+# fields of the table and the detail panel every second at idle (issue 13); 1 MB/s is 0.003 % of
+# a gen4 x16 link, and the simulated rigs count a GPU as moving data from 1 MB/s too.
+QUIET_BYTES_PER_S = 1e6
+QUIET = "<1M"
+
+
 def rate(bytes_per_s: float | None) -> str:
-    """Bytes/s as 12.3G, 456M, 7.0K (per second implied by the column)."""
+    """Bytes/s as 12.3G, 456M, 7.0M (per second implied by the column); below 1 MB/s, idle
+    traffic, "<1M" (a negative reading prints as read)."""
     known = number(bytes_per_s)
     if known is None:
         return NA
     if known >= 1e12:  # beyond any PCIe link: a bad reading, kept short
         return f"{known:.0e}"
-    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    if 0 <= known < QUIET_BYTES_PER_S:
+        return QUIET
+    for unit, scale in (("G", 1e9), ("M", 1e6)):
         if known >= scale:
             value = known / scale
             return f"{value:.1f}{unit}" if value < 100 else f"{value:.0f}{unit}"

@@ -13,11 +13,17 @@ from gpumix.tui import format as fmt
 SeriesFn = Callable[[int, str], list[float | None]]
 
 
+# The title's clock says the minute of the newest snapshot: with seconds it rewrote the title every
+# second, the most bytes of any line at 80x24 (37 of 166 B/s on one idle H200, issue 13). A snapshot
+# that stops coming is said by the staleness watch (gpumix.tui.staleness), not by a frozen second.
+CLOCK_FORMAT = "%H:%M"
+
+
 def title_line(snapshot: dict[str, Any]) -> str:
     driver = snapshot["driver"]
     stamp_s = fmt.number(snapshot["timestamp_s"])
     try:
-        clock = time.strftime("%H:%M:%S", time.localtime(stamp_s)) if stamp_s is not None else fmt.NA
+        clock = time.strftime(CLOCK_FORMAT, time.localtime(stamp_s)) if stamp_s is not None else fmt.NA
     except (OverflowError, OSError, ValueError):  # a time no calendar holds
         clock = fmt.NA
     counts = {}
@@ -127,7 +133,8 @@ def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, height: 
     rx = fmt.spark(series(index, "pcie_rx_bytes_per_s"), spark_width, top=link_top)
     tx = fmt.spark(series(index, "pcie_tx_bytes_per_s"), spark_width, top=link_top)
     reasons = ", ".join(map(fmt.plain, gpu["clock_event_reasons"] or [])) or "none"
-    energy = fmt.fixed(gpu["energy_j"], 1, scale=1 / 1000)
+    # whole kJ, as the wide table: 0.1 kJ moved every 1.3 s on an idle H200 (75 W), a rewrite each time
+    energy = fmt.fixed(gpu["energy_j"], 0, scale=1 / 1000)
     energy = energy if energy == fmt.NA else energy + " kJ"
     lines = [
         head,
