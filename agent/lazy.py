@@ -34,10 +34,12 @@ class LazyScalar:
         if torch is None or not isinstance(value, torch.Tensor):
             self._value = float(value)
             return
-        tensor = value.detach()
+        # detach only what autograd tracks: a tensor that needs no grad (the GradScaler's scale, a loss
+        # given as loss.detach()) is copied as it is, one op call fewer (each may hand the GIL away)
+        tensor = value.detach() if value.requires_grad else value
         if tensor.numel() != 1:
             tensor = tensor.float().mean()
-        if tensor.device.type != "cuda" or pinned_pool is None:
+        if not tensor.is_cuda or pinned_pool is None:  # is_cuda: device.type builds a torch.device
             self._value = float(tensor)  # CPU tensors: already computed
             return
         self._host = pinned_pool.take(torch)

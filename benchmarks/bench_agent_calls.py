@@ -13,7 +13,7 @@ no-hub: the agent's hub address does not exist (its sender backs off and retries
 hub: a live hub, `gpumix hub --sim mixed-10 --socket TMP` started here in its own process (or the
 hub at --hub-socket); the run counts only when its agent connected and the hub received its steps.
 A CUDA loss is copied from the GPU only on the steps the agent's sampling picks (agent/sampling.py:
-the first, then at most one each 0.1 s); `--device-read-interval 0` makes every step copy (the agent
+the first, then two a send period: one each 0.5 s at the default 1 s; older agents one each 0.1 s); `--device-read-interval 0` makes every step copy (the agent
 before sampling), and each run's `device_copies` says how many steps copied. `--body-us N` spins N µs
 inside each step (a step of a real length, so that the copying steps count in the p99) and times only
 the agent's calls around it. With --profile FILE, one more run under cProfile (the training thread's calls; with the hub when
@@ -41,7 +41,6 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # tests.waiting; after the installed packages (the checkout has no gpumix.agent)
 from gpumix.agent.core import Agent  # noqa: E402
-from gpumix.agent.sampling import DEVICE_READ_INTERVAL_S  # noqa: E402
 from gpumix.hub.client import HubClient  # noqa: E402
 from tests.waiting import wait_until  # noqa: E402
 
@@ -146,7 +145,7 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
     return {"mean_us": statistics.fmean(times) * 1e6, "median_us": statistics.median(times) * 1e6, "p90_us": times[int(0.90 * len(times))] * 1e6,
             "p99_us": times[int(0.99 * len(times))] * 1e6, "max_us": times[-1] * 1e6,
             "connects": connects, "dropped": dropped, "hub_last_step": received, "steps": steps,
-            "send_period_s": agent.sender.period_s,
+            "send_period_s": agent.sender.period_s, "device_read_interval_s": agent.sampling.interval_s,
             "device_copies": copies,
             # the steps that copied CUDA values and the others apart: which of them makes the tail
             "copying_steps": spread_us([t for t, c in zip(times_in_order, copied, strict=True) if c]),
@@ -194,7 +193,7 @@ def main() -> None:
     parser.add_argument("--body-us", type=float, default=0.0,
                         help="spin this many µs inside each step; only the agent's calls are timed (default 0)")
     parser.add_argument("--device-read-interval", type=float, metavar="S",
-                        help="the agent's sampling interval for CUDA values, s (default: the agent's, 0.1; 0: every step)")
+                        help="the agent's sampling interval for CUDA values, s (default: the agent's own; 0: every step)")
     parser.add_argument("--hub-socket", metavar="PATH", help="a running hub's socket (default: start one)")
     parser.add_argument("--profile", metavar="FILE", help="profile one more hub run; pstats text to FILE")
     parser.add_argument("--out", metavar="FILE", help="write the JSON here (it is printed too)")
@@ -225,8 +224,7 @@ def main() -> None:
                 hub_process.wait(10)
     result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "device": args.device,
               "steps": args.steps, "pairs": args.pairs, "body_us": args.body_us, "gpu_work": args.gpu_work,
-              "device_read_interval_s": DEVICE_READ_INTERVAL_S if args.device_read_interval is None
-              else args.device_read_interval, "hub": "started: gpumix hub --sim mixed-10"
+              "device_read_interval_s": runs[cases[0]][0]["device_read_interval_s"], "hub": "started: gpumix hub --sim mixed-10"
               if hub_process is not None else args.hub_socket, "machine": machine(),
               "cases": {case: summary(case_runs) for case, case_runs in runs.items()}, "profile_top": profile_top}
     text = json.dumps(result, indent=1)
