@@ -34,7 +34,7 @@ SCRIPT = Path(sys.executable).parent / "gpumix-top"  # the console script the pa
 def reexec_env(tmp_path: Path) -> dict[str, str]:
     """An environment where -OO's compiled files can be written (a private cache prefix), never a user's hub."""
     env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONOPTIMIZE", REEXEC_ENV, KEEP_ENV)}
+           if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONOPTIMIZE", "PYTHONNODEBUGRANGES", REEXEC_ENV, KEEP_ENV)}
     return {**env, "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache"), "GPUMIX_HUB": "/nonexistent/hub.sock",
             "XDG_RUNTIME_DIR": str(tmp_path), "TERM": "xterm-256color"}
 
@@ -59,7 +59,7 @@ def test_the_monitor_runs_at_OO_in_the_same_process_and_draws(tmp_path: Path) ->
         assert b"4090" in output, (process.poll(), bytes(output[-2000:]))
         environ = Path(f"/proc/{process.pid}/environ").read_bytes().split(b"\0")
         cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")
-        assert b"PYTHONOPTIMIZE=2" in environ
+        assert b"PYTHONOPTIMIZE=2" in environ and b"PYTHONNODEBUGRANGES=1" in environ
         assert str(SCRIPT).encode() in cmdline and b"--sim" in cmdline
         assert Path(f"/proc/{process.pid}/comm").read_text().strip() == "gpumix-top"
         os.write(master, b"q")
@@ -75,32 +75,41 @@ MAIN_WITH_EXEC_RECORDED = textwrap.dedent("""
     import json, os, sys
     import gpumix.tui.main as entry
     def execve(path, args, env):  # recorded instead of done: the test reads what would have run
-        print(json.dumps({"exec": path, "args": args, "optimize": env.get("PYTHONOPTIMIZE")}), flush=True)
+        print(json.dumps({"exec": path, "args": args, "optimize": env.get("PYTHONOPTIMIZE"),
+                          "debug_ranges": env.get("PYTHONNODEBUGRANGES")}), flush=True)
         os._exit(0)
     os.execve = execve
-    entry.run_app = lambda source, args: print(json.dumps({"app": True}), flush=True) or 0
+    ours = ("PYTHONOPTIMIZE", "PYTHONNODEBUGRANGES", "GPUMIX_TOP_REEXEC")
+    entry.run_app = lambda source, args: print(json.dumps({"app": True, "optimize": sys.flags.optimize,
+                                                           "env": sorted(set(ours) & set(os.environ))}), flush=True) or 0
     sys.argv = [$script, *$args]
     sys.exit(entry.main(None if $from_script else $args))
 """)
 
 
-def run_main(tmp_path: Path, args: list[str], from_script: bool = True) -> str:
+def run_main(tmp_path: Path, args: list[str], from_script: bool = True, env: dict[str, str] | None = None) -> str:
     code = string.Template(MAIN_WITH_EXEC_RECORDED).substitute(script=repr(str(SCRIPT)), args=repr(args),
                                                                from_script=repr(from_script))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env=reexec_env(tmp_path), cwd="/")
+                            env={**reexec_env(tmp_path), **(env or {})}, cwd="/")
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
 
 def test_only_the_interactive_monitor_started_as_the_script_reexecutes(tmp_path: Path) -> None:
     interactive = json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"]))
-    assert interactive == {"exec": str(SCRIPT), "args": [str(SCRIPT), "--sim", RIG, "--interval", "1"], "optimize": "2"}
+    assert interactive == {"exec": str(SCRIPT), "args": [str(SCRIPT), "--sim", RIG, "--interval", "1"], "optimize": "2",
+                           "debug_ranges": "1"}
     # the one-shot keeps its start-up: no second interpreter, its JSON printed by this process
     once = json.loads(run_main(tmp_path, ["--sim", RIG, "--once", "--json"]))
     assert "exec" not in once and once["gpus"]
     # main(argv) from Python (tests, embedding) never replaces its process
-    assert json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"], from_script=False)) == {"app": True}
+    assert json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"], from_script=False)) == {
+        "app": True, "optimize": 0, "env": []}
+    # the re-executed process runs the monitor at -OO, and what it starts gets the environment it was given
+    reexecuted = {"PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1", REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONNODEBUGRANGES"}
+    assert json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"], env=reexecuted)) == {
+        "app": True, "optimize": 2, "env": []}
 
 
 @pytest.mark.parametrize(("change", "why"), [
@@ -116,17 +125,25 @@ def test_only_the_interactive_monitor_started_as_the_script_reexecutes(tmp_path:
 def test_the_reexec_is_skipped_where_it_does_not_pay_or_is_not_ours(change: dict, why: str) -> None:
     arguments = {"argv0": str(SCRIPT), "environ": {"HOME": "/root"}, "optimize": 0, "interactive": True,
                  "files_usable": True}
-    assert reexec_command(**arguments) == (str(SCRIPT), {"HOME": "/root", "PYTHONOPTIMIZE": "2", REEXEC_ENV: "1"})
+    assert reexec_command(**arguments) == (str(SCRIPT), {"HOME": "/root", "PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1",
+                                                         REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONNODEBUGRANGES"})
+    # the user's own PYTHONNODEBUGRANGES is theirs: kept, and not named as added
+    assert reexec_command(**{**arguments, "environ": {"PYTHONNODEBUGRANGES": "1"}})[1] == {
+        "PYTHONNODEBUGRANGES": "1", "PYTHONOPTIMIZE": "2", REEXEC_ENV: "PYTHONOPTIMIZE"}
     assert reexec_command(**{**arguments, **change}) is None, why
 
 
 def test_the_reexecuted_process_gives_what_it_starts_the_environment_it_was_started_with() -> None:
-    environ = {"PYTHONOPTIMIZE": "2", REEXEC_ENV: "1", "PATH": "/bin"}
+    environ = {"PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1", REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONNODEBUGRANGES",
+               "PATH": "/bin"}
     forget_reexec(environ)
     assert environ == {"PATH": "/bin"}
-    users = {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}  # the user's own: kept
-    forget_reexec(users)
-    assert users == {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}
+    users = {"PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1", REEXEC_ENV: "PYTHONOPTIMIZE", "PATH": "/bin"}
+    forget_reexec(users)  # PYTHONNODEBUGRANGES was the user's own: kept
+    assert users == {"PYTHONNODEBUGRANGES": "1", "PATH": "/bin"}
+    untouched = {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}  # not re-executed: the user's own, kept
+    forget_reexec(untouched)
+    assert untouched == {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}
 
 
 def files_usable_in(env: dict[str, str]) -> bool:

@@ -1,9 +1,11 @@
 """The interactive monitor's interpreter without docstrings: gpumix-top re-executes itself once with
-PYTHONOPTIMIZE=2 (`python -OO`) before it loads Textual (issue 13: RSS <= nvitop's + 10 MB).
+PYTHONOPTIMIZE=2 (`python -OO`) and PYTHONNODEBUGRANGES=1 before it loads Textual (issue 13: RSS <=
+nvitop's + 10 MB).
 
 Docstrings are kept in memory with each function's code: Textual's, Rich's, asyncio's and ours come
 to ~2.2 MB of a 41 MB dashboard (benchmarks/results/rss3_*_s8_2026-12-02.json). Nothing in the
 dashboard reads a docstring, and -OO's other effect, dropping `assert`, checks nothing it relies on.
+Without debug ranges, code objects keep no column table (~0.15 MB): a traceback still names each line.
 
 The same program and pid go on (execve of the same script: `ps` shows the same command); the kernel's
 peak RSS (VmHWM) starts again with the new image. Only when:
@@ -15,8 +17,8 @@ peak RSS (VmHWM) starts again with the new image. Only when:
   source, ~9 MB more at the peak (PYTHONDONTWRITEBYTECODE, a read-only site-packages);
 - $GPUMIX_TOP_DOCSTRINGS is not set (1: keep them, e.g. to debug).
 
-The re-executed process drops PYTHONOPTIMIZE from its environment: what it starts (the probe, an
-editor) runs as it would have.
+The re-executed process drops what it added to its environment: what it starts (the probe, an editor)
+runs as it would have.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import os
 import sys
 from collections.abc import Mapping, MutableMapping
 
-REEXEC_ENV = "GPUMIX_TOP_REEXEC"  # set on the re-executed process only: never twice
+REEXEC_ENV = "GPUMIX_TOP_REEXEC"  # set on the re-executed process only (the names it added): never twice
+# -OO: no docstrings (~2.2 MB); no column tables in code objects (~0.15 MB; tracebacks keep their lines)
+REEXEC_SETTINGS = {"PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1"}
 KEEP_ENV = "GPUMIX_TOP_DOCSTRINGS"
 SCRIPT_NAME = "gpumix-top"
 # The bulk of the code loaded: Textual's -OO files stand for the site-packages', asyncio's for the standard
@@ -66,7 +70,8 @@ def reexec_command(argv0: str, environ: Mapping[str, str], optimize: int, intera
         return None
     if not files_usable:
         return None
-    return argv0, {**environ, "PYTHONOPTIMIZE": "2", REEXEC_ENV: "1"}
+    added = {name: value for name, value in REEXEC_SETTINGS.items() if name not in environ}
+    return argv0, {**environ, **added, REEXEC_ENV: ",".join(added)}
 
 
 def reexec_without_docstrings(interactive: bool) -> None:
@@ -86,7 +91,9 @@ def reexec_without_docstrings(interactive: bool) -> None:
 
 
 def forget_reexec(environ: MutableMapping[str, str] | None = None) -> None:
-    """In the re-executed process: PYTHONOPTIMIZE is gpumix-top's own, not for what it starts."""
+    """In the re-executed process: the settings it added are gpumix-top's own, not for what it starts."""
     environ = os.environ if environ is None else environ
-    if environ.pop(REEXEC_ENV, None) is not None:
-        environ.pop("PYTHONOPTIMIZE", None)
+    added = environ.pop(REEXEC_ENV, None)
+    for name in (added or "").split(","):
+        if name in REEXEC_SETTINGS:
+            environ.pop(name, None)
