@@ -120,13 +120,19 @@ def test_only_the_interactive_monitor_started_as_the_script_reexecutes(tmp_path:
     ({"environ": {KEEP_ENV: "1"}}, "opted out"),
     ({"argv0": str(REPO / "tui" / "main.py")}, "python -m gpumix.tui.main"),
     ({"argv0": "/nonexistent/bin/gpumix-top"}, "no such script"),
-    ({"files_usable": False}, "-OO's files neither there nor writable"),
+    ({"files_usable": False}, "-OO's files neither there nor writable, and no cache folder of the user's own"),
+    ({"files_usable": False, "cache_prefix": "/tmp/c", "environ": {"PYTHONPYCACHEPREFIX": "/p"}}, "the user's prefix"),
 ])
 def test_the_reexec_is_skipped_where_it_does_not_pay_or_is_not_ours(change: dict, why: str) -> None:
     arguments = {"argv0": str(SCRIPT), "environ": {"HOME": "/root"}, "optimize": 0, "interactive": True,
                  "files_usable": True}
     assert reexec_command(**arguments) == (str(SCRIPT), {"HOME": "/root", "PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1",
                                                          REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONNODEBUGRANGES"})
+    # -OO's files kept in a cache folder of the user's own where they cannot be beside the sources
+    assert reexec_command(**{**arguments, "files_usable": False, "cache_prefix": "/home/u/.cache/gpumix/pycache"}) == (
+        str(SCRIPT), {"HOME": "/root", "PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1",
+                      "PYTHONPYCACHEPREFIX": "/home/u/.cache/gpumix/pycache",
+                      REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONNODEBUGRANGES,PYTHONPYCACHEPREFIX"})
     # the user's own PYTHONNODEBUGRANGES is theirs: kept, and not named as added
     assert reexec_command(**{**arguments, "environ": {"PYTHONNODEBUGRANGES": "1"}})[1] == {
         "PYTHONNODEBUGRANGES": "1", "PYTHONOPTIMIZE": "2", REEXEC_ENV: "PYTHONOPTIMIZE"}
@@ -141,6 +147,9 @@ def test_the_reexecuted_process_gives_what_it_starts_the_environment_it_was_star
     users = {"PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1", REEXEC_ENV: "PYTHONOPTIMIZE", "PATH": "/bin"}
     forget_reexec(users)  # PYTHONNODEBUGRANGES was the user's own: kept
     assert users == {"PYTHONNODEBUGRANGES": "1", "PATH": "/bin"}
+    prefixed = {"PYTHONOPTIMIZE": "2", "PYTHONPYCACHEPREFIX": "/c", REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONPYCACHEPREFIX"}
+    forget_reexec(prefixed)
+    assert prefixed == {}
     untouched = {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}  # not re-executed: the user's own, kept
     forget_reexec(untouched)
     assert untouched == {"PYTHONOPTIMIZE": "2", "PATH": "/bin"}
@@ -163,3 +172,22 @@ def test_optimized_files_usable_reads_the_cache_where_this_interpreter_looks(tmp
     assert compiled.returncode == 0
     assert files_usable_in({**env, "PYTHONDONTWRITEBYTECODE": "1"})
     assert not docstring_free.optimized_files_usable(("asyncio", "no_such_package_here"))
+
+
+def test_the_cache_folder_of_the_users_own_is_made_private_and_skipped_where_bytecode_is_never_written(tmp_path: Path) -> None:
+    code = ("import json, os, sys; from gpumix.cli.docstring_free import own_cache_prefix;"
+            " print(json.dumps(own_cache_prefix(os.environ)))")
+    env = {**reexec_env(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    del env["PYTHONPYCACHEPREFIX"]
+
+    def prefix(environ: dict[str, str]) -> str | None:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, cwd="/", check=True)
+        return json.loads(result.stdout)
+
+    made = prefix(env)
+    assert made == str(tmp_path / "cache" / "gpumix" / "pycache")
+    assert Path(made).is_dir() and Path(made).stat().st_mode & 0o777 == 0o700
+    assert prefix({**env, "PYTHONDONTWRITEBYTECODE": "1"}) is None
+    assert prefix({**env, "PYTHONPYCACHEPREFIX": str(tmp_path / "theirs")}) is None
+    (tmp_path / "file").write_text("")
+    assert prefix({**env, "XDG_CACHE_HOME": str(tmp_path / "file")}) is None  # cannot be made

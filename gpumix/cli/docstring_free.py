@@ -13,8 +13,11 @@ peak RSS (VmHWM) starts again with the new image. Only when:
   Python, not `python -m`): the one-shots keep their start-up;
 - $PYTHONOPTIMIZE is not set (the user's choice stands), and this is not the re-executed process
   ($GPUMIX_TOP_REEXEC);
-- `-OO`'s compiled files can be read or written: without them every start would compile Textual from
-  source, ~9 MB more at the peak (PYTHONDONTWRITEBYTECODE, a read-only site-packages);
+- `-OO`'s compiled files can be read or written beside the sources, or else in a cache folder of the
+  user's own ($XDG_CACHE_HOME/gpumix/pycache, as PYTHONPYCACHEPREFIX: a system Python's standard library
+  is read-only and ships without them). Without them every start would compile Textual and the standard
+  library from source, ~9 MB more at the peak; the first start after an install pays that once
+  (PYTHONDONTWRITEBYTECODE: no re-exec unless the files are there);
 - $GPUMIX_TOP_DOCSTRINGS is not set (1: keep them, e.g. to debug).
 
 The re-executed process drops what it added to its environment: what it starts (the probe, an editor)
@@ -61,24 +64,44 @@ def _optimized_file_usable(package: str) -> bool:
     return os.access(folder, os.W_OK)
 
 
+def own_cache_prefix(environ: Mapping[str, str]) -> str | None:
+    """A pycache prefix of the user's own ($XDG_CACHE_HOME/gpumix/pycache) for -OO's files where they cannot
+    be kept beside the sources (a system Python's read-only library): written at the first start, read after.
+    None where it cannot be made, or bytecode is never written."""
+    if sys.dont_write_bytecode or "PYTHONPYCACHEPREFIX" in environ:  # the user's own prefix was checked as is
+        return None
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    prefix = os.path.join(base, "gpumix", "pycache")
+    try:
+        os.makedirs(prefix, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return prefix if os.access(prefix, os.W_OK) else None
+
+
 def reexec_command(argv0: str, environ: Mapping[str, str], optimize: int, interactive: bool,
-                   files_usable: bool) -> tuple[str, dict[str, str]] | None:
-    """The script and environment to re-execute with, or None to go on as is."""
+                   files_usable: bool, cache_prefix: str | None = None) -> tuple[str, dict[str, str]] | None:
+    """The script and environment to re-execute with, or None to go on as is. Where -OO's files are not
+    usable beside the sources, CACHE_PREFIX (a folder of the user's own) keeps them, if given."""
     if not interactive or optimize or "PYTHONOPTIMIZE" in environ or REEXEC_ENV in environ or environ.get(KEEP_ENV):
         return None
     if os.path.basename(argv0) != SCRIPT_NAME or not os.path.isfile(argv0) or not os.access(argv0, os.X_OK):
         return None
+    settings = dict(REEXEC_SETTINGS)
     if not files_usable:
-        return None
-    added = {name: value for name, value in REEXEC_SETTINGS.items() if name not in environ}
+        if cache_prefix is None or "PYTHONPYCACHEPREFIX" in environ:
+            return None
+        settings["PYTHONPYCACHEPREFIX"] = cache_prefix
+    added = {name: value for name, value in settings.items() if name not in environ}
     return argv0, {**environ, **added, REEXEC_ENV: ",".join(added)}
 
 
 def reexec_without_docstrings(interactive: bool) -> None:
     """Re-execute gpumix-top at -OO when it pays (see the module's notes); returns when it does not.
     An exec that fails leaves this process going on as before."""
-    command = reexec_command(sys.argv[0], os.environ, sys.flags.optimize, interactive,
-                             interactive and optimized_files_usable())
+    usable = interactive and optimized_files_usable()
+    prefix = own_cache_prefix(os.environ) if interactive and not usable else None
+    command = reexec_command(sys.argv[0], os.environ, sys.flags.optimize, interactive, usable, prefix)
     if command is None:
         return
     script, environ = command
@@ -95,5 +118,5 @@ def forget_reexec(environ: MutableMapping[str, str] | None = None) -> None:
     environ = os.environ if environ is None else environ
     added = environ.pop(REEXEC_ENV, None)
     for name in (added or "").split(","):
-        if name in REEXEC_SETTINGS:
+        if name in (*REEXEC_SETTINGS, "PYTHONPYCACHEPREFIX"):
             environ.pop(name, None)
