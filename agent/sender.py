@@ -13,6 +13,11 @@ ranks of a machine write together and cost the hub one or a few wake-ups a perio
 faster than the ring can hold over a period go early: while it waits, the sender looks at the ring's count
 every LOOK_S (a count, no work, no write) and sends once half of it is full. close() still sends the
 last steps at once.
+
+The steps of a write go as one columnar frame (gpumix/wire/step_columns.py: one decode and one check
+per column on the hub, not one message per step); the hello says the period (the supervisor's stop
+margin follows the slowest rank's). A hub from before the frame refuses it: the sender then sends one
+message per step, as before, for as long as it runs.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from gpumix.wire import auth, protocol
 from gpumix.wire.send_period import PERIOD_S, send_period_s  # noqa: F401  (PERIOD_S: tests read it here)
+from gpumix.wire.step_columns import MAX_FRAME_STEPS, REFUSED_BY_OLD_HUB, step_columns
 
 QUEUE_MESSAGES = 1024
 SEND_TIMEOUT_S = 1.0  # a stopped hub fills the socket buffer: give up on it, don't wait
@@ -69,6 +75,46 @@ def _closed_by_hub(sock: socket.socket) -> bool:
     return bool(readable)
 
 
+def _hub_said(sock: socket.socket) -> bytes:
+    """What the hub wrote before closing (its reason), as far as it can be read now; b"" if nothing."""
+    try:
+        return sock.recv(4096, socket.MSG_DONTWAIT)
+    except (OSError, ValueError):
+        return b""
+
+
+def steps_frames(steps: list[dict[str, Any]]) -> bytes:
+    """These step messages as columnar frames: one, unless it would pass the hub's frame limit (then
+    halves; a single step over it goes as it is, and the hub refuses it as it refused the message)."""
+    if len(steps) == 1:
+        return protocol.encode(steps[0])
+    frame = protocol.encode(step_columns(steps))
+    if len(frame) - protocol.HEADER.size <= protocol.MAX_AGENT_FRAME_BYTES and len(steps) <= MAX_FRAME_STEPS:
+        return frame
+    half = len(steps) // 2
+    return steps_frames(steps[:half]) + steps_frames(steps[half:])
+
+
+def encode_batch(batch: list[dict[str, Any]], columns: bool) -> bytes:
+    """The bytes of one write: each run of step messages as columnar frames (columns), the other
+    messages as they are, in order."""
+    if not columns:
+        return b"".join(protocol.encode(message) for message in batch)
+    parts: list[bytes] = []
+    run: list[dict[str, Any]] = []
+    for message in batch:
+        if message.get("type") == "step":
+            run.append(message)
+            continue
+        if run:
+            parts.append(steps_frames(run))
+            run = []
+        parts.append(protocol.encode(message))
+    if run:
+        parts.append(steps_frames(run))
+    return b"".join(parts)
+
+
 class Sender:
     def __init__(self, address: str, hello: Callable[[], dict[str, Any]], max_messages: int = QUEUE_MESSAGES,
                  collect: Collect | None = None, pending: Callable[[], int] | None = None,
@@ -87,6 +133,7 @@ class Sender:
         self.dropped = 0  # messages lost because the queue was full
         self.sent = 0
         self.connects = 0
+        self.columns = True  # steps as columnar frames; False once a hub from before them refused one
         self._thread = threading.Thread(target=self._run, name="gpumix-agent-sender", daemon=True)
         self._thread.start()
 
@@ -102,7 +149,7 @@ class Sender:
         return len(self._queue)
 
     def _connect(self) -> socket.socket:
-        hello = self._hello()
+        hello = {**self._hello(), "send_period_s": self.period_s}  # the supervisor's stop margin allows for it
         if auth.is_tcp(self.address):  # GPUMIX_HUB=tcp://HOST:PORT: the token file or $GPUMIX_TOKEN
             hello = {**hello, "token": auth.read_token()}  # TokenError is an OSError: back off, retry
         sock = auth.open_socket(self.address, SEND_TIMEOUT_S)
@@ -143,7 +190,7 @@ class Sender:
 
     def _send_batch(self, sock: socket.socket) -> None:
         batch = [self._queue[i] for i in range(min(BATCH_MESSAGES, len(self._queue)))]
-        sock.sendall(b"".join(protocol.encode(message) for message in batch))
+        sock.sendall(encode_batch(batch, self.columns))
         for _ in batch:  # sent: only now off the queue (a failed write sends them again)
             self._queue.popleft()
         self.sent += len(batch)
@@ -168,8 +215,10 @@ class Sender:
                 self._wait(min(next_send_s(time.monotonic(), self.period_s), retry_at) - time.monotonic())
                 continue
             try:
-                if sock is not None and _closed_by_hub(sock):
-                    sock.close()  # idle past the hub's timeout: a send would vanish into a dead socket
+                if sock is not None and _closed_by_hub(sock):  # idle past the hub's timeout, or refused
+                    if self.columns and REFUSED_BY_OLD_HUB in _hub_said(sock):  # the steps of that write were lost
+                        self.columns = False
+                    sock.close()  # a send would vanish into a dead socket
                     sock = None
                 if sock is None:
                     sock = self._connect()

@@ -21,6 +21,7 @@ from gpumix.hub.agent_stream import READ_BYTES, AgentProtocol, FrameCutter, hand
 from gpumix.hub.connections import Silent, read_message
 from gpumix.hub.ranks import parse_step, parse_transport
 from gpumix.hub.server import HubServer
+from gpumix.hub.step_frames import parse_steps
 from gpumix.hw.hardware import Hardware
 from gpumix.wire import protocol
 from gpumix.wire.protocol import ProtocolError
@@ -39,6 +40,11 @@ def random_frame(rng: random.Random) -> bytes:
         return protocol.encode({"type": "step", "step": rng.choice([0, 5, -1, 2**54]),
                                 "step_time_s": rng.choice([0.1, 0.0, 2, "x", None]),
                                 "samples": rng.choice([32, None, -4, 1e12, True]), "loss": rng.choice([2.5, None])})
+    if roll < 0.62:  # the agent's columnar frame, well made or not
+        n = rng.choice([1, 3, 0])
+        return protocol.encode({"type": "steps", "n": n, "columns": {
+            "step": rng.choice([list(range(5, 5 + n)), 7, [1, 2], None]), "step_time_s": rng.choice([0.1, [0.1] * n, "x"]),
+            "samples": rng.choice([32, [None] * n, -4])}})
     if roll < 0.65:
         return protocol.encode({"type": "transport", "channels": rng.choice([
             [{"src": 0, "dst": 1, "transport": "SHM"}], "none", [{"src": -1, "dst": 0}]])})
@@ -122,6 +128,9 @@ def served_one_by_one(messages: list[dict[str, Any]], sink: Recorder) -> str:
             kind = message["type"]
             if kind == "step":
                 sink.agent_step(None, parse_step(message))
+            elif kind == "steps":  # a frame's steps, each as one message was
+                for step in parse_steps(message):
+                    sink.agent_step(None, step)
             elif kind == "transport":
                 sink.agent_transport(None, parse_transport(message))
             elif kind == "bye":

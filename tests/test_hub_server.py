@@ -229,7 +229,15 @@ json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), s
 json_values = st.recursive(json_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=12)
 known_keys = st.sampled_from(["v", "type", "role", "rank", "step", "step_time_s", "samples", "loss", "pid", "job",
-                              "env", "versions", "channels", "index", "name", "world_size", "nvml_index"])
+                              "env", "versions", "channels", "index", "name", "world_size", "nvml_index",
+                              "n", "columns", "send_period_s"])
+# the agent's columnar frame (gpumix/wire/step_columns.py): known and odd columns, lists of any length or one value
+step_frames = st.builds(
+    lambda n, columns: {"v": 1, "type": "steps", "n": n, "columns": columns},
+    st.one_of(st.integers(-1, 5), st.just(1025), st.booleans(), st.floats()),
+    st.dictionaries(st.sampled_from(["step", "step_time_s", "samples", "loss", "t", "amp_dtype", "odd"]),
+                    st.one_of(json_scalars, st.lists(json_scalars, max_size=6)), max_size=6),
+)
 messages = st.builds(
     lambda base, extra: {**extra, **base},
     st.fixed_dictionaries({}, optional={
@@ -244,6 +252,8 @@ payloads = st.one_of(
     st.lists(messages.map(lambda m: json.dumps(m).encode()), min_size=1, max_size=4),  # NaN allowed
     st.tuples(st.just(HELLO), st.lists(messages.map(lambda m: json.dumps(m).encode()), max_size=4))
     .map(lambda pair: [pair[0][4:], *pair[1]]),  # a valid agent hello first, then anything
+    st.lists(step_frames.map(lambda m: json.dumps(m).encode()), min_size=1, max_size=4)
+    .map(lambda frames: [HELLO[4:], *frames]),  # a valid agent hello, then columnar frames
 )
 
 

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from gpumix.hub.connections import Silent
 from gpumix.hub.ranks import parse_step, parse_transport
+from gpumix.hub.step_frames import parse_steps
 from gpumix.wire import protocol
 from gpumix.wire.protocol import ProtocolError
 
@@ -174,6 +175,9 @@ def handle_frames(hub: StepSink, key: Any, bodies: Iterator[bytearray]) -> bool:
             kind = message["type"]
             if kind == "step":
                 steps.append(parse_step(message))
+                continue
+            if kind == "steps":  # an agent's columnar frame: its steps all count, or none (a bad frame)
+                steps.extend(parse_steps(message))
                 continue
             if steps:
                 hub.agent_steps(key, steps)

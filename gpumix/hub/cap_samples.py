@@ -68,6 +68,29 @@ class CapSamples:
         entry.step_s.append(step_s)
         entry.last_seen_s = now_s
 
+    def add_many(self, uuid: str | None, cap_w: float | None, rows: list[tuple[float | None, float, float]],
+                 now_s: float) -> None:
+        """add(uuid, cap_w, samples, compute_s, step_s, now_s) for each row (samples, compute_s, step_s), in
+        order, with the GPU and its cap looked at once: one agent write's steps (issue 13). The rows' figures
+        are a parsed step's (finite floats, or None), so plain comparisons check them as add() does."""
+        if uuid is None or cap_w is None or not _finite(cap_w, 1.0, 10_000.0):
+            return
+        rows = [row for row in rows if row[0] is not None and 1.0 <= row[0] <= 1e7  # type: ignore[operator]
+                and 0.0 < row[1] <= 1e6 and 1e-9 <= row[2] <= 1e6]
+        if not rows:
+            return
+        cap_key = round(cap_w / CAP_RESOLUTION_W) * CAP_RESOLUTION_W
+        last_key: tuple[int, float] | None = None
+        entry: _Samples | None = None
+        for samples, compute_s, step_s in rows:
+            key = (int(samples), cap_key)  # type: ignore[arg-type]
+            if key != last_key or entry is None:
+                self.add(uuid, cap_w, samples, compute_s, step_s, now_s)  # the GPU's and the pair's bookkeeping
+                last_key, entry = key, self._by_gpu[uuid][key]
+                continue
+            entry.compute_s.append(compute_s)  # the same pair as the row before: just seen, already last
+            entry.step_s.append(step_s)
+
     def expire(self, now_s: float) -> None:
         """Forget the pairs not seen for MAX_AGE_S (the hub calls it each tick, not each step: a stale
         pair a step touches is reset there, and view() expires first, so what shows is the same)."""

@@ -246,9 +246,8 @@ class Hub:
         lock and one clock reading for them all."""
         with self._lock:
             now_s = self._clock()
-            for step in steps:
-                if self._intake.step(key, step, now_s, self._caps_w, self._cap_since_wall_s):
-                    self._ranks_changed = True
+            if self._intake.steps(key, steps, now_s, self._caps_w, self._cap_since_wall_s):
+                self._ranks_changed = True
 
     def agent_transport(self, key: RankKey, channels: list[dict[str, Any]]) -> None:
         with self._lock:

@@ -53,11 +53,12 @@ class AgentIntake:
             rank=rank, world_size=info["world_size"], local_rank=info["local_rank"], pid=info["pid"],
             hostname=info["hostname"], gpu_uuid=uuid, nvml_index=info["nvml_index"], job=job,
             env=info["env"], versions=info["versions"], run_id=run_id, peer_uid=info.get("peer_uid"),
-            last_seen_s=now_s,
+            last_seen_s=now_s, send_period_s=info.get("send_period_s"),
         )
         if old is not None and reconnected:  # its agent reconnected: keep what it sent
             stream.steps, stream.losses, stream.points, stream.transport = old.steps, old.losses, old.points, old.transport
             stream.connections, stream.rejected_values = set(old.connections), old.rejected_values
+            stream.amp_counted = old.amp_counted
         elif predecessor is not None:  # a new process for this rank: a restart, maybe under a new split
             carry_points(predecessor, stream, now_s)
         self._connection_serial += 1
@@ -67,32 +68,38 @@ class AgentIntake:
 
     def step(self, key: RankKey, step: dict[str, Any], now_s: float, caps_w: dict[str, float | None],
              cap_since_wall_s: dict[str, float] | None = None) -> bool:
-        """One step of the rank this connection feeds; `caps_w` the GPUs' caps at the last tick, and when
-        the hub first saw each (wall clock): a step that ended before that (its "t") is not filed under
-        the cap, which it may not have run under. False when the connection is closed or replaced (the
-        step is ignored)."""
-        rejected = step.pop("rejected", ())
+        """One step: steps() with one."""
+        return self.steps(key, [step], now_s, caps_w, cap_since_wall_s)
+
+    def steps(self, key: RankKey, steps: list[dict[str, Any]], now_s: float, caps_w: dict[str, float | None],
+              cap_since_wall_s: dict[str, float] | None = None) -> bool:
+        """The steps one read of this connection brought, in order; `caps_w` the GPUs' caps at the last
+        tick, and when the hub first saw each (wall clock): a step that ended before that (its "t") is not
+        filed under the cap, which it may not have run under. False when the connection is closed or
+        replaced (the steps are ignored). The rank and its GPU are looked up once for them all (issue 13)."""
         stream = self.table.for_connection(key)
-        if stream is None:
+        if stream is None or not steps:
             return False
         stream.last_seen_s = now_s
-        if rejected:
-            if not stream.rejected_values:  # one line per rank, not one per bad step
-                log.warning("hub: rank %d of %s sent %s out of range: dropped (counted in rejected_values)",
-                            stream.rank, job_name(stream.job, stream.run_id), ", ".join(rejected))
-            stream.rejected_values += len(rejected)
-        if step["step_time_s"] is None:
-            return True  # a step time out of range: the step tells nothing
-        stream.steps.append(step)
-        if step.get("loss") is not None:
-            stream.losses.append(step["loss"])
+        kept = []
+        for step in steps:
+            rejected = step.pop("rejected", ())
+            if rejected:
+                if not stream.rejected_values:  # one line per rank, not one per bad step
+                    log.warning("hub: rank %d of %s sent %s out of range: dropped (counted in rejected_values)",
+                                stream.rank, job_name(stream.job, stream.run_id), ", ".join(rejected))
+                stream.rejected_values += len(rejected)
+            if step["step_time_s"] is not None:  # else a step time out of range: the step tells nothing
+                kept.append(step)
+        stream.steps.extend(kept)
+        stream.losses.extend(loss for step in kept if (loss := step.get("loss")) is not None)
+        if not stream.amp_counted:  # rank_summary looks for the GradScaler's counts only once one came
+            stream.amp_counted = any(step.get("amp_skipped_steps") is not None for step in kept)
         uuid = stream.gpu_uuid or ""
-        ended_s = step.get("t")
-        if ended_s is not None and cap_since_wall_s and ended_s < cap_since_wall_s.get(uuid, 0.0):
-            return True
-        compute_s = step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0)
-        self._cap_samples.add(stream.gpu_uuid, caps_w.get(uuid), step.get("samples"),
-                              compute_s, step["step_time_s"], stream.last_seen_s)
+        since_s = cap_since_wall_s.get(uuid, 0.0) if cap_since_wall_s else 0.0
+        rows = [(step.get("samples"), step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0),
+                 step["step_time_s"]) for step in kept if not (step.get("t") is not None and step["t"] < since_s)]
+        self._cap_samples.add_many(stream.gpu_uuid, caps_w.get(uuid), rows, now_s)
         return True
 
     def transport(self, key: RankKey, channels: list[dict[str, Any]]) -> bool:

@@ -7,6 +7,8 @@ What it may import: the hub's ranks, efficiency and plan in force; gpumix.advice
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,10 +47,21 @@ def merge_ranks(hardware_snapshot: dict[str, Any], streams: Iterable[RankStream]
     snapshot["jobs"] = jobs
     snapshot["plan"] = plans_in_force.view(snapshot, wall_s)
     host = snapshot.get("host") or {}
-    settings = AdvisorSettings(power_budget_w=power_budget_w, has_infiniband=bool(host.get("infiniband")))
+    settings = advisor_settings(power_budget_w, bool(host.get("infiniband")), *(os.environ.get(name) for name in SETTINGS_ENV))
     snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings)]
     bound_detail(ranks, detail_ranks)  # after the advisor, which reads every rank's env
     return snapshot
+
+
+# what AdvisorSettings' defaults read (the probe folder from XDG_STATE_HOME or HOME, the P2P driver floor)
+SETTINGS_ENV = ("XDG_STATE_HOME", "HOME", "GPUMIX_4090_P2P_MIN_DRIVER")
+
+
+@functools.lru_cache(maxsize=8)
+def advisor_settings(power_budget_w: float | None, has_infiniband: bool, *environment: str | None) -> AdvisorSettings:
+    """The advisor's settings, made once per budget, InfiniBand and environment they read: made at each
+    merge, their defaults looked up the home folder (pathlib) once a tick (issue 13). Frozen: shared safely."""
+    return AdvisorSettings(power_budget_w=power_budget_w, has_infiniband=has_infiniband)
 
 
 def rank_row(stream: RankStream, now_s: float) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpumix.wire.jobs import job_label, ranks_by_job
 from gpumix.wire.protocol import ProtocolError, integer, number, text
+from gpumix.wire.send_period import MAX_PERIOD_S, MIN_PERIOD_S
 from gpumix.wire.snapshot_types import (
     AMP_DTYPES,
     MAX_STEP_INDEX,
@@ -60,6 +61,7 @@ class RankStream:
     versions: dict[str, str]
     run_id: str | None = None  # the launch this process belongs to (torchrun's run id, or its own)
     peer_uid: int | None = None  # the connection's uid, when the socket tells (Unix sockets)
+    send_period_s: float | None = None  # how often its agent sends, as its hello says (None: an older agent)
     connected: bool = True
     last_seen_s: float = 0.0
     gone_since_s: float | None = None  # when its last connection closed: the retention counts from here
@@ -73,6 +75,7 @@ class RankStream:
     # what earlier processes of this rank measured at their splits, oldest first (operating_point)
     points: list[dict[str, Any]] = field(default_factory=list)
     gone_summary: dict[str, Any] | None = None  # a gone rank's figures no longer change: computed once
+    amp_counted: bool = False  # a step carried the GradScaler's skipped count: rank_summary looks for them
 
     @property
     def group(self) -> str:
@@ -116,7 +119,15 @@ def parse_hello(message: dict[str, Any]) -> dict[str, Any]:
         "run_id": text(message, "run_id", JOB_CHARS),
         "env": _string_map(message, "env", ENV_ENTRIES, ENV_NAME_CHARS, ENV_VALUE_CHARS),
         "versions": _string_map(message, "versions", VERSION_ENTRIES, VERSION_NAME_CHARS, VERSION_VALUE_CHARS),
+        "send_period_s": _send_period_s(message),
     }
+
+
+def _send_period_s(message: dict[str, Any]) -> float | None:
+    """The agent's send period (gpumix/wire/send_period.py); None when absent or outside the periods an
+    agent may use (a label: the supervisor then assumes its own)."""
+    value = number(message, "send_period_s")
+    return value if value is not None and MIN_PERIOD_S <= value <= MAX_PERIOD_S else None
 
 
 def parse_step(message: dict[str, Any]) -> dict[str, Any]:
@@ -204,7 +215,8 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
     if step_time is not None:
         compute = max(0.0, step_time - (comm or 0.0) - (data_wait or 0.0))
     tokens = _median([s["tokens"] for s in recent if s["tokens"] is not None])
-    amp_skipped_share, amp_window_steps = skipped_share(steps)
+    # (the window's scan for counts, most of a row's cost, only where a count ever came: issue 13)
+    amp_skipped_share, amp_window_steps = skipped_share(steps) if stream.amp_counted else (None, 0)
     return {
         "rank": stream.rank,
         "world_size": stream.world_size,
@@ -216,6 +228,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "gpu_uuid": stream.gpu_uuid,
         "connected": stream.connected,
         "last_seen_s": stream.last_seen_s,
+        "send_period_s": stream.send_period_s,
         # the last step's own figures, every field the step contract shares with the rank row
         **{name: last.get(name) for name in RANK_LAST_STEP_FIELDS},
         "step_time_s": step_time,

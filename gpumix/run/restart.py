@@ -16,7 +16,7 @@ from typing import Any
 
 from gpumix.run.launch_command import with_process_count
 from gpumix.wire.plan_file import RunPlan, read_json, write_json
-from gpumix.wire.send_period import send_period_s
+from gpumix.wire.send_period import MAX_PERIOD_S, send_period_s
 
 STOP_MARGIN_S = 0.5  # time the ranks get to see the stop request before reaching the stop step
 CHECKPOINT_TIMEOUT_S = 120.0
@@ -58,11 +58,21 @@ def stop_step(ranks: list[dict[str, Any]]) -> tuple[int, float]:
     """(the step every rank stops after, how long to wait for their checkpoints in seconds)."""
     step_s = max((r["step_time_s"] or 0.0) for r in ranks) or 1.0
     last_reported = max(r["step"] or 0 for r in ranks)
-    # A rank's last report lags its progress by a step and up to its agent's send period (the ranks
-    # inherit this process's environment); give every rank time to see the request.
-    margin_s = STOP_MARGIN_S + send_period_s()
+    # A rank's last report lags its progress by a step and up to its agent's send period; give every
+    # rank time to see the request.
+    margin_s = STOP_MARGIN_S + slowest_send_period_s(ranks)
     stop_after = last_reported + 2 + max(3, math.ceil(margin_s / step_s))
     return stop_after, (stop_after - last_reported) * step_s + CHECKPOINT_TIMEOUT_S
+
+
+def slowest_send_period_s(ranks: list[dict[str, Any]]) -> float:
+    """The longest send period among the ranks, as their agents' hellos said (the rank rows'
+    send_period_s); a rank that does not say (an older agent) is taken to use this process's own
+    (the ranks inherit its environment, unless the launch command sets the period itself)."""
+    own_s = send_period_s()
+    periods = [period if isinstance(period, int | float) and not isinstance(period, bool) and 0 < period <= MAX_PERIOD_S
+               else own_s for period in (rank.get("send_period_s") for rank in ranks)]
+    return max(periods, default=own_s)
 
 
 def request_stop(folder: Path, stop_after: int) -> str:

@@ -21,7 +21,7 @@ MAX_AGENT_FRAME_BYTES = 64 * 1024  # what the hub accepts from anyone
 MAX_SNAPSHOT_FRAME_BYTES = 16 * 1024 * 1024  # what a client accepts from the hub
 
 # Messages an agent sends.
-AGENT_TYPES = {"hello", "step", "transport", "bye"}
+AGENT_TYPES = {"hello", "step", "steps", "transport", "bye"}  # steps: gpumix/wire/step_columns.py
 # Requests a client sends; the hub answers each with one message.
 CLIENT_TYPES = {"hello", "snapshot", "series", "power", "replan", "supervisor"}
 ROLES = {"agent", "client"}

@@ -148,6 +148,7 @@ class RankRow(TypedDict):
     gpu_uuid: str | None
     connected: bool
     last_seen_s: float
+    send_period_s: NotRequired[float | None]  # how often its agent sends steps (older agents: null)
     step: int | None
     step_time_s: float | None
     compute_s: float | None

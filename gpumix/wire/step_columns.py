@@ -1,0 +1,41 @@
+"""The columnar step frame: the steps an agent sends together, as columns of one message.
+
+    {"v": 1, "type": "steps", "n": 3, "columns": {"step": [7, 8, 9], "step_time_s": [0.1, 0.1, 0.12],
+     "loss": [null, 2.5, null], "samples": 32, ...}}
+
+Each column is a StepMessage field (gpumix/wire/step_message.py, not "type"): a list of n values, null
+where a step has none, or one value that every step of the frame shares (the settings, the allocator's
+and the process's figures, read once per collection). Row i is the step message with those fields; the
+hub reads the frame as those n messages (gpumix/hub/step_frames.py), but decodes one frame instead of n
+and checks each column at once (issue 13: the decode and the per-field checks of every step were most of
+the hub's CPU per step). A hub from before this frame answers "unknown message type 'steps'": the agent
+then sends one message per step (agent/sender.py). Standard library only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STEPS_TYPE = "steps"
+MAX_FRAME_STEPS = 1024  # rows in one frame at most (the hub refuses more); also under the frame's byte limit
+REFUSED_BY_OLD_HUB = b"unknown message type 'steps'"  # how a hub without the frame answers it
+
+
+def step_columns(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The "steps" message for these step messages (in order, 1 to MAX_FRAME_STEPS of them)."""
+    names: dict[str, None] = {}
+    for message in messages:
+        names.update(dict.fromkeys(message))
+    names.pop("type", None)
+    columns: dict[str, Any] = {}
+    for name in names:
+        values = [message.get(name) for message in messages]
+        first = values[0]
+        kind = type(first)
+        # one value for every row; a list stays a column (a shared value is never a list)
+        if kind is not list and all(value is first or (type(value) is kind and value == first) for value in values):
+            if first is not None:  # a field no step has is left out, as a message leaves it out
+                columns[name] = first
+        else:
+            columns[name] = values
+    return {"type": STEPS_TYPE, "n": len(messages), "columns": columns}
