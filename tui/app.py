@@ -243,6 +243,7 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
     def on_unmount(self) -> None:
         if self._poller is not None:
             self._poller.stop()
+        self._cancel_stale_check()
 
     def cached_series(self, index: int, name: str) -> list[float | None]:
         return self._series.get((index, name), [])

@@ -4,6 +4,7 @@ a frozen hub arms no next poll, so the poll chain cannot be the one to notice.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ MIN_CHECK_S = 0.05  # never re-armed sooner (a check due now)
 
 
 class StaleWatch:
-    """Needs from the App: set_timer, interval_s, snapshot, source, screen_stack, _dashboard_widget, say, _set_text,
+    """Needs from the App: _context, _handle_exception, interval_s, snapshot, source, screen_stack, _dashboard_widget, say, _set_text,
     add_class/remove_class, and `_received_at_s` set when a snapshot comes."""
 
     interval_s: float
@@ -51,8 +52,29 @@ class StaleWatch:
             self.say("hub lost — reconnecting", severity="warning", timeout=4)
         self._set_text("#title", stale_line(age_s, self._source_error()))
 
+    _stale_handle: asyncio.TimerHandle | None = None
+
     def _arm_stale_check(self, delay_s: float) -> None:
-        self.set_timer(max(delay_s, MIN_CHECK_S), self._check_stale)  # type: ignore[attr-defined]
+        """The next check `delay_s` from now (the one armed before, if any, dropped). A call on the
+        loop, not a Textual timer: set_timer made a Timer, a task and a callback's signature
+        inspection for each snapshot (issue 13: the idle dashboard's CPU)."""
+        self._cancel_stale_check()
+        self._stale_handle = asyncio.get_running_loop().call_later(max(delay_s, MIN_CHECK_S), self._stale_check_due)
+
+    def _cancel_stale_check(self) -> None:
+        if self._stale_handle is not None:
+            self._stale_handle.cancel()
+            self._stale_handle = None
+
+    def _stale_check_due(self) -> None:
+        """On the loop, in the app's context (as a timer's callback ran); an error ends the app with
+        its traceback, as it did from a timer."""
+        self._stale_handle = None
+        with self._context():  # type: ignore[attr-defined]
+            try:
+                self._check_stale()
+            except Exception as error:  # noqa: BLE001 - Textual's own handler shows it and exits
+                self._handle_exception(error)  # type: ignore[attr-defined]
 
     def _recovered(self) -> None:
         if not self.stale:

@@ -16,9 +16,13 @@ move). A chop's text is the same; one reset ends the update.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
 from rich.control import Control
+from rich.segment import Segment
 from textual._compositor import ChopsUpdate
 from textual.strip import Strip
 
@@ -48,9 +52,9 @@ def render_segments(self: ChopsUpdate, console: Console) -> str:
     return "".join(sequences)
 
 
-def _render_strip(strip: Strip, color_system: ColorSystem, state: list[str | None], out: list[str]) -> None:
+def _render_strip(segments: Iterable[Segment], color_system: ColorSystem, state: list[str | None], out: list[str]) -> None:
     """Strip.render's text, with an SGR only where the style differs from `state` (updated)."""
-    for text, style, _ in strip:
+    for text, style, _ in segments:
         if style is not None and style._link:  # a hyperlink: Textual's own sequence, reset after it
             if state[0] != "":
                 out.append(RESET)
@@ -67,8 +71,38 @@ def _render_strip(strip: Strip, color_system: ColorSystem, state: list[str | Non
         out.append(text)
 
 
-def _cropped(strip: Strip, start: int, end: int) -> Strip:
-    return strip if start == 0 and end >= strip.cell_length else strip.crop(start, end)
+def _cropped(strip: Strip, start: int, end: int) -> Iterable[Segment]:
+    """The segments of Strip.crop(start, end), without making a Strip of them (each new Strip builds
+    seven caches: a few hundred objects a second on the idle dashboard, for one use)."""
+    length = strip.cell_length
+    end = min(length, end)
+    if start <= 0 and end == length:
+        return strip
+    if end <= start or start >= length:
+        return []
+    out: list[Segment] = []
+    pos = 0
+    segments = iter(strip._segments)
+    segment: Segment | None = None
+    for segment in segments:
+        end_pos = pos + cell_len(segment.text)
+        if end_pos > start:
+            segment = segment.split_cells(start - pos)[1]
+            break
+        pos = end_pos
+    if end == length:  # to the end: the rest as it is (as Strip.crop)
+        return [segment, *segments] if segment is not None else []
+    pos = start
+    while segment is not None:
+        end_pos = pos + cell_len(segment.text)
+        if end_pos < end:
+            out.append(segment)
+        else:
+            out.append(segment.split_cells(end - pos)[0])
+            break
+        pos = end_pos
+        segment = next(segments, None)
+    return out
 
 
 def install() -> None:

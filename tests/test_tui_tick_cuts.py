@@ -1,0 +1,95 @@
+"""What the dashboard no longer makes per snapshot (issue 13, session 8: the idle CPU): no Textual timer
+for the staleness watch (a Timer, a task and a signature inspection each), no Strip for each chop it
+writes; what it shows and writes is the same."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
+from textual._compositor import ChopsUpdate
+from textual.app import App
+from textual.strip import Strip
+
+from gpumix.hub import Hub
+from gpumix.tui import terminal_writes
+from gpumix.tui.app import GpumixApp
+from gpumix.tui.text_panel import TextPanel
+
+pytestmark = pytest.mark.usefixtures("tui_env")
+
+
+async def until(predicate: Any, deadline_s: float = 60.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while not predicate():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.02)
+
+
+class Copies:
+    """A source whose every answer is a new snapshot (as a live hub's), until frozen."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.frozen = False
+
+    def snapshot(self) -> dict[str, Any] | None:
+        return None if self.frozen else dict(self.hub.snapshot())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.hub, name)
+
+
+@pytest.mark.timeout(120)
+async def test_the_staleness_watch_makes_no_textual_timer_per_snapshot(demo_hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    timers: list[str] = []
+    original = App.set_timer
+    monkeypatch.setattr(App, "set_timer", lambda self, delay, callback=None, **k: (
+        timers.append(getattr(callback, "__name__", "?")), original(self, delay, callback, **k))[1])
+    source = Copies(demo_hub)
+    app = GpumixApp(source, interval_s=0.3)  # stale after 1 s
+    async with app.run_test(size=(80, 24)):
+        await until(lambda: app.renders >= 6)
+        assert "_check_stale" not in timers  # the old watch: one Timer (and its task) per snapshot
+        source.frozen = True
+        await until(lambda: app.stale)  # still noticed
+        assert "hub lost" in app.query_one("#title", TextPanel).text
+        source.frozen = False
+        await until(lambda: not app.stale)
+    assert app._stale_handle is None  # the pending check dropped with the app
+
+
+STRIPS = [
+    Strip([Segment("gpumix · 12:00", Style(dim=True)), Segment(" 100%", Style(bold=True)), Segment(" x", None)]),
+    Strip([Segment("名前", Style(color="red")), Segment("ab", None), Segment("", Style(bold=True)), Segment("çé", None)]),
+    Strip([Segment("", Style(bold=True)), Segment("abc", Style(italic=True)), Segment("", Style(dim=True))]),
+    Strip([]),
+]
+
+
+def test_a_chop_is_cropped_as_strip_crop_crops_it() -> None:
+    for strip in STRIPS:
+        for start in range(strip.cell_length + 2):
+            for end in range(start, strip.cell_length + 3):
+                assert list(terminal_writes._cropped(strip, start, end)) == list(strip.crop(start, end)), (strip, start, end)
+
+
+def test_writing_chops_makes_no_strip(monkeypatch: pytest.MonkeyPatch) -> None:
+    def update() -> ChopsUpdate:  # new strips each time (a Strip caches its crops)
+        line = Strip([Segment("GPU 0 util  93%  power 201 W", Style(bold=True)), Segment(" rest", None)])
+        return ChopsUpdate([{0: line}, {0: line}], [(0, 12, 15), (1, 3, 20)], [[line.cell_length], [line.cell_length]])
+
+    console = Console(width=40, force_terminal=True, color_system="256")
+    expected = terminal_writes.render_segments(update(), console)
+    chops = update()
+    made: list[int] = []
+    original = Strip.__init__
+    monkeypatch.setattr(Strip, "__init__", lambda self, *a, **k: (made.append(1), original(self, *a, **k))[1])
+    assert terminal_writes.render_segments(chops, console) == expected
+    assert made == []  # Strip.crop made one per chop cropped, with its seven caches
+    assert expected == "\x1b[1;13H\x1b[0;1m93%\x1b[2;4H 0 util  93%  pow\x1b[0m"  # only the spans, cropped
