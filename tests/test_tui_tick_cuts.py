@@ -93,3 +93,45 @@ def test_writing_chops_makes_no_strip(monkeypatch: pytest.MonkeyPatch) -> None:
     assert terminal_writes.render_segments(chops, console) == expected
     assert made == []  # Strip.crop made one per chop cropped, with its seven caches
     assert expected == "\x1b[1;13H\x1b[0;1m93%\x1b[2;4H 0 util  93%  pow\x1b[0m"  # only the spans, cropped
+
+
+class PanelApp(App[None]):
+    CSS = "TextPanel { height: auto; }"
+
+    def compose(self) -> Any:
+        yield TextPanel("\n".join(f"line {y} · util {y}%" for y in range(30)), id="panel")
+
+
+async def test_a_changed_line_is_the_only_one_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpumix.tui import text_panel
+    from tests.test_tui_text_panel_lines import whole_render
+
+    app = PanelApp()
+    async with app.run_test(size=(40, 34)) as pilot:
+        panel = app.query_one(TextPanel)
+        await pilot.pause()
+        lines = panel.text.split("\n")
+        panel.show("\n".join(lines[:5] + ["line 5 · util 6%"] + lines[6:]))  # measures all once: the width was unknown
+        await pilot.pause()
+        measured: list[str] = []
+        original = text_panel.cell_len
+        monkeypatch.setattr(text_panel, "cell_len", lambda text: (measured.append(text), original(text))[1])
+        panel.show("\n".join(lines[:5] + ["line 5 · util 7%"] + lines[6:]))
+        assert set(measured) <= {"line 5 · util 6%", "line 5 · util 7%"}  # not the 29 lines that stayed (60 before)
+        assert panel.relayouts == 0
+        await pilot.pause()
+        assert "util 7%" in panel._render_cache.lines[5].text
+        monkeypatch.undo()
+        panel.show("\n".join(lines[:5] + ["line 5 · util 8% " + "x" * 40] + lines[6:]))  # now it wraps: laid out again
+        await pilot.pause()
+        assert panel.relayouts == 1
+        panel.show("\n".join(lines[:5] + ["line 5 · util 9%"] + lines[6:]))  # fits again
+        await pilot.pause()
+        panel.show("\n".join(lines[:5] + ["line 5 · util 8%"] + lines[6:]))  # a column: the width known again
+        await pilot.pause()
+        await pilot.resize_terminal(12, 34)  # narrower: the unchanged lines no longer fit
+        await pilot.pause()
+        panel.show("\n".join(lines[:5] + ["line 5"] + lines[6:]))  # fits 12 columns; the others do not
+        assert not panel._stale_lines  # measured again at the new width: not a repaint of columns
+        await pilot.pause()
+        assert panel._render_cache.lines == whole_render(panel)  # the wrapped text, as Textual draws it

@@ -46,16 +46,21 @@ def changed_spans(old: str, new: str, merge_gap: int = MERGE_GAP) -> list[tuple[
     return spans
 
 
-def changed_regions(old: list[str], new: list[str], width: int) -> list[Region] | None:
+def changed_regions(old: list[str], new: list[str], width: int, old_fit: bool = False) -> list[Region] | None:
     """The regions to repaint when `old` lines become `new` in a panel `width` cells wide, or None
-    when only a relayout will do (the line count changed, or a line wraps)."""
-    if len(old) != len(new) or any(cell_len(line) > width for line in (*old, *new)):
+    when only a relayout will do (the line count changed, or a line wraps). `old_fit`: every old
+    line is known to fit this width, so only the changed lines are measured (the detail panel's
+    forty lines were measured twice a snapshot)."""
+    if len(old) != len(new) or (not old_fit and any(cell_len(line) > width for line in old)):
         return None
     regions = []
     for y, (before, after) in enumerate(zip(old, new, strict=True)):
         if before == after:
             continue
-        if cell_len(before) != len(before) or cell_len(after) != len(after):  # wide characters
+        after_cells = cell_len(after)
+        if after_cells > width:
+            return None
+        if cell_len(before) != len(before) or after_cells != len(after):  # wide characters
             regions.append(Region(0, y, width, 1))
             continue
         regions += [Region(start, y, end - start, 1) for start, end in changed_spans(before, after)]
@@ -73,6 +78,7 @@ class TextPanel(Static):
         self._stale_lines: set[int] = set()  # lines to render again alone, if only they are dirty
         self._line_regions: set[Region] = set()  # their dirty regions, as the widget keeps them
         self.lines_rendered = 0  # lines rendered alone, not with the whole text (tests count them)
+        self._fit_width: int | None = None  # a width every line shown is known to fit (None: unknown)
 
     def render(self) -> RenderResult:
         return self._text
@@ -88,7 +94,10 @@ class TextPanel(Static):
         if old == lines:
             return
         self._text = Text(text)
-        regions = changed_regions(old, lines, self.content_size.width) if old is not None and self.is_mounted else None
+        width = self.content_size.width
+        regions = changed_regions(old, lines, width, old_fit=self._fit_width == width) \
+            if old is not None and self.is_mounted else None
+        self._fit_width = width if regions is not None else None  # every line shown fits this width
         if regions is None and old is not None and self.is_mounted and self._same_height(old, lines):
             self.refresh()  # a line that wraps changed, the panel's height did not: no relayout
         elif regions is None:
@@ -96,7 +105,8 @@ class TextPanel(Static):
             self.refresh(layout=True)
         elif regions:
             self._stale_lines.update(region.y for region in regions)
-            self._line_regions.update(region.translate(self.content_offset) for region in regions)
+            offset = self.content_offset  # the gutter's styles, looked up once, not per region
+            self._line_regions.update(region.translate(offset) for region in regions)
             self.refresh(*regions)
 
     def _same_height(self, old: list[str], new: list[str]) -> bool:
