@@ -28,6 +28,11 @@ if [ -d .whl ]; then
   $PY -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target "$SITE" .whl/*.whl >>"$LOG" 2>&1 \
     || { echo "wheel install failed"; tail -20 "$LOG"; exit 1; }
   export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
+  # gpumix-top re-executes itself at -OO (gpumix/cli/docstring_free.py): compile its -OO files once, as a
+  # user's first start does (beside the sources where writable, else in the user's private cache)
+  for prefix in "" "${XDG_CACHE_HOME:-$HOME/.cache}/gpumix/pycache"; do
+    PYTHONPYCACHEPREFIX=$prefix PYTHONOPTIMIZE=2 $PY -c "import gpumix.tui.app, gpumix.cli.node, gpumix.cli.hardware, gpumix.hub.client, pynvml, psutil" >>"$LOG" 2>&1
+  done
 fi
 cd "$WORK" || exit 1
 SRC=""; [ "$DRY" = 1 ] && SRC="--sim 4090-x2-desktop"   # gpumix's commands look at this instead of NVML
