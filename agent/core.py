@@ -22,7 +22,14 @@ from typing import Any
 
 from gpumix.agent import identity, launcher_env
 from gpumix.agent.amp import AmpWatch
-from gpumix.agent.lazy import LazyScalar, PinnedPool, computed, initialized_device, use_device
+from gpumix.agent.lazy import (
+    LazyScalar,
+    PinnedPool,
+    computed,
+    initialized_device,
+    record_step_event,
+    use_device,
+)
 from gpumix.agent.pinned_block import pinned_block
 from gpumix.agent.process_figures import ProcessFigures
 from gpumix.agent.restart import RestartControl, load_run_plan
@@ -160,18 +167,27 @@ class Agent:
             self._last_end_s = end_s
             if self._amp is not None and record.loss_scale is None:
                 record.loss_scale = self._amp.scale_tensor()
-            due = record.device_due = self.sampling.due(end_s)
+            due = self.sampling.due(end_s)
+            if due:  # else the class default, False (one entry fewer in the record's __dict__)
+                record.device_due = True
             copied = False
             torch = sys.modules.get("torch")
-            fields = record.__dict__
-            for name, value in fields.items():  # a tensor loss is replaced: the graph is not kept alive
-                kind = type(value)
-                if kind is int or kind is float or value is None or name not in RECORD_NUMBERS:
-                    continue
-                if not due and torch is not None and isinstance(value, torch.Tensor) and value.is_cuda:
-                    fields[name] = None  # a CUDA tensor on a step not due: left out, nothing queued on the GPU
-                else:  # anything else (and a CUDA value on a due step): made plain, a CUDA one copied
-                    copied = self._plain(record, name, value) or copied
+            pool = self._pinned  # this step's pool (the sender thread swaps in the pinned block once)
+            if due:
+                pool.step_copies = []  # the step's copies share one event, recorded after the last
+            try:
+                fields = record.__dict__
+                for name, value in fields.items():  # a tensor loss is replaced: the graph is not kept alive
+                    kind = type(value)
+                    if kind is int or kind is float or value is None or name not in RECORD_NUMBERS:
+                        continue
+                    if not due and torch is not None and isinstance(value, torch.Tensor) and value.is_cuda:
+                        fields[name] = None  # a CUDA tensor on a step not due: left out, nothing queued on the GPU
+                    else:  # anything else (and a CUDA value on a due step): made plain, a CUDA one copied
+                        copied = self._plain(record, name, value, pool) or copied
+            finally:
+                if due:
+                    record_step_event(pool)
             if copied:
                 self.sampling.copied(end_s)
             self.steps = record.index + 1
@@ -259,14 +275,14 @@ class Agent:
             elif hasattr(record, name):
                 setattr(record, name, value)
 
-    def _plain(self, record: StepRecord, name: str, value: Any) -> bool:
+    def _plain(self, record: StepRecord, name: str, value: Any, pool: PinnedPool | None = None) -> bool:
         """Set `value` on the record as a plain number (or a LazyScalar); a CUDA value only on a step
         due to copy (agent/sampling.py), else it is left out and nothing is queued on the GPU.
         True: a CUDA copy was queued."""
         if not record.device_due and on_gpu(value):
             setattr(record, name, None)
             return False
-        plain = self._number(name, value, self._pinned)
+        plain = self._number(name, value, self._pinned if pool is None else pool)
         setattr(record, name, plain)
         return isinstance(plain, LazyScalar)
 

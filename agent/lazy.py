@@ -47,8 +47,14 @@ class LazyScalar:
         if tensor.dtype != torch.float32 or tensor.dim() != 0:  # a usual loss is neither: no op calls for it
             tensor = tensor.float().reshape(())  # (each op call may hand the GIL to the sender thread)
         self._host.copy_(tensor, non_blocking=True)
-        self._event = torch.cuda.Event()
-        self._event.record()
+        if pinned_pool.step_copies is not None:  # the agent records one event after the step's last copy
+            pinned_pool.step_copies.append(self)
+        else:
+            self._event = recorded_event(torch)
+
+    def after(self, event: Any) -> None:
+        """Its copy is done once `event` (recorded after it, on the same stream) is."""
+        self._event = event
 
     def _reused(self) -> bool:
         """Its pinned buffer may hold a later value by now (the ring went half round since)."""
@@ -85,6 +91,9 @@ class PinnedPool:
         self.size = size
         self._next = 0
         self.taken = 0  # buffers handed out so far
+        # while the training thread copies one step's values: the copies made, whose one event
+        # record_step_event() records after the last (None: each copy records its own)
+        self.step_copies: list[LazyScalar] | None = None
 
     def take(self, torch: Any) -> Any:
         self.taken += 1
@@ -94,6 +103,24 @@ class PinnedPool:
         buffer = self._buffers[self._next]
         self._next = (self._next + 1) % self.size
         return buffer
+
+
+def recorded_event(torch: Any) -> Any:
+    """A CUDA event recorded now on the current stream: done once the work queued before it is."""
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+def record_step_event(pool: PinnedPool) -> None:
+    """One event for the copies of a step (a loss and a loss scale: one event and one record fewer than
+    an event each, each call a chance to hand the GIL away); then copies record their own again.
+    A copy left without an event (this raised) reads None, never a number not yet copied."""
+    copies, pool.step_copies = pool.step_copies, None
+    if copies:
+        event = recorded_event(sys.modules["torch"])
+        for copy in copies:
+            copy.after(event)
 
 
 def computed(values: Iterable[Any]) -> bool:

@@ -42,6 +42,9 @@ class StepRecord:
     no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py).
     The record is its own context manager (one object a step, not two): leaving the `with` ends it."""
 
+    # the agent in a slot, out of __dict__: the step's end looks through __dict__ for the numbers set
+    __slots__ = ("_agent", "__dict__", "__weakref__")
+
     # Every number of RECORD_NUMBERS is an attribute, None until set (class defaults below: nothing
     # per step; a number the script sets is in the instance's __dict__, where the step's end looks).
     # comm_s: set by an integration, else from the comm probes; loss_scale: the GradScaler's

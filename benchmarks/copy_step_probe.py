@@ -1,7 +1,9 @@
 """Where a sampled CUDA copy's time goes on the training thread (issue 13): each call of the agent's
 copying step (agent/lazy.py LazyScalar on a CUDA loss) timed alone, the GPU kept busy by a matmul per
 iteration and 1 ms of CPU between copies, with a fresh pinned buffer per copy (PinnedPool's first
-512 takes) and with a buffer of one pinned block (PinnedBlock). Needs a GPU.
+512 takes) and with a buffer of one pinned block (PinnedBlock); a loss that requires grad (detached
+first) against one that does not (copied as it is); a step's loss and scale with an event each against
+one event after both (the agent's copying step). Needs a GPU.
 
     python benchmarks/copy_step_probe.py --iterations 300 --out copy_step_probe.json
 """
@@ -19,7 +21,7 @@ import torch
 
 sys.path.append(str(Path(__file__).parents[1]))  # after the installed packages: gpumix.agent is agent/
 
-from gpumix.agent.lazy import LazyScalar, PinnedPool  # noqa: E402
+from gpumix.agent.lazy import LazyScalar, PinnedPool, record_step_event  # noqa: E402
 from gpumix.agent.pinned_block import PinnedBlock  # noqa: E402
 
 
@@ -29,9 +31,25 @@ def spin(seconds: float) -> None:
         pass
 
 
+def each_event(pool: PinnedPool, *values: torch.Tensor) -> None:
+    """The copies as the agent made them before: each records an event of its own."""
+    for value in values:
+        LazyScalar(value, pool)
+
+
+def step_copies(pool: PinnedPool, *values: torch.Tensor) -> None:
+    """A due step's copies as agent/core.py makes them: one event recorded after the last."""
+    pool.step_copies = []
+    for value in values:
+        LazyScalar(value, pool)
+    record_step_event(pool)
+
+
 def probe(iterations: int, size: int) -> dict[str, dict[str, float]]:
     """Per call: median, mean and p99 µs of each part of a copying step."""
     matrix = torch.randn(size, size, device="cuda")
+    weight = torch.ones((), device="cuda", requires_grad=True)  # a loss autograd tracks: detached when copied
+    scale = torch.full((), 65536.0, device="cuda")  # a GradScaler's scale: no grad
     fresh_pool, block = PinnedPool(size=4096), PinnedBlock(torch, 512)
     timings: dict[str, list[float]] = {}
 
@@ -54,6 +72,13 @@ def probe(iterations: int, size: int) -> dict[str, dict[str, float]]:
         timed("LazyScalar, block pool", LazyScalar, loss, block)
         spin(0.001)
         timed("LazyScalar, fresh pool", LazyScalar, loss, fresh_pool)
+        spin(0.001)
+        tracked = loss * weight
+        timed("LazyScalar, block pool, a loss that requires grad (detached)", LazyScalar, tracked, block)
+        spin(0.001)
+        timed("a step's loss and scale, an event each", each_event, block, tracked, scale)
+        spin(0.001)
+        timed("a step's loss and scale, one event (the agent's step)", step_copies, block, tracked, scale)
     torch.cuda.synchronize()
     result = {}
     for name, values in timings.items():

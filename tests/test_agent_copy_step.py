@@ -43,6 +43,9 @@ class _Event:
     def query(self) -> bool:
         return True
 
+    def synchronize(self) -> None:
+        return None
+
 
 @pytest.fixture(autouse=True)
 def _counted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,3 +69,38 @@ def test_a_value_autograd_tracks_is_detached_and_the_buffer_keeps_no_graph() -> 
     assert _CudaValue.detached == 1 and _Event.records == 1
     assert lazy._host.grad_fn is None and not lazy._host.requires_grad
     assert lazy.read() == 2.5
+
+
+class _Scaler:
+    """GradScaler's surface the agent reads: its scale tensor (on the GPU: a stand-in here)."""
+
+    def __init__(self, scale: torch.Tensor) -> None:
+        self._scale = scale
+
+    def is_enabled(self) -> bool:
+        return True
+
+    def get_backoff_factor(self) -> float:
+        return 0.5
+
+
+def test_a_steps_copies_share_one_event_recorded_after_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A due step with a CUDA loss and a CUDA loss scale: two copies, one event (the old copy: two)."""
+    from gpumix.agent.core import Agent
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    agent = Agent("/nonexistent/gpumix-hub.sock", job="one-event")
+    agent._pinned = _HostPool()
+    agent.watch_amp(_Scaler(cuda_value(4096.0, requires_grad=False)), torch.float16)
+    try:
+        with agent.step(samples=8) as step:  # the first step is due
+            step.loss = cuda_value(3.0, requires_grad=True)
+        assert _Event.records == 1 and step.loss._event is step.loss_scale._event is not None
+        assert agent._pinned.step_copies is None  # the next copies (annotate_last's) record their own
+        agent.annotate_last(loss=cuda_value(3.5, requires_grad=True))
+        assert _Event.records == 2 and step.loss._event is not step.loss_scale._event
+        (message,) = agent._collect(final=True)
+    finally:
+        agent.close(0.1)
+    assert message["loss"] == 3.5 and message["loss_scale"] == 4096.0 and agent.sampling.copies == 2
