@@ -7,7 +7,8 @@
 #     bash benchmarks/tui_cost_trees.sh BEFORE_TREE AFTER_TREE TAG onegpu-80x24 onegpu-160x48 attached-80x24 demo-80x24
 #
 # with `gpumix hub --demo --socket $DEMO_SOCK` and `gpumix hub --sim benchmarks/rig_1gpu.toml --socket $ONE_SOCK`
-# running. Writes benchmarks/results/tui_cost_<case>_<TAG>.json.
+# running (`sim1-COLSxROWS`: the one-GPU rig with its hub in-process, no socket needed).
+# Writes benchmarks/results/tui_cost_<case>_<TAG>.json ($PREFIX instead of tui_cost when set).
 set -eu
 cd "$(dirname "$0")/.."
 before=$1 after=$2 tag=$3; shift 3
@@ -19,9 +20,10 @@ for case in "$@"; do
     demo) args="--demo --interval 1" ;;
     attached) args="--interval 1 --hub $DEMO_SOCK" ;;
     onegpu) args="--interval 1 --hub $ONE_SOCK" ;;
+    sim1) args="--interval 1 --sim benchmarks/rig_1gpu.toml" ;;  # the one-GPU rig, its hub in-process
   esac
   .venv/bin/python benchmarks/bench_tui.py --repeats "${REPEATS:-3}" --seconds "${SECS:-12}" --warmup "${WARM:-4}" \
     --cols "$cols" --rows "$rows" --label "$case before=$before after=$after" \
-    --out "benchmarks/results/tui_cost_${case}_${tag}.json" \
+    --out "benchmarks/results/${PREFIX:-tui_cost}_${case}_${tag}.json" \
     --peer "env PYTHONPATH=$after $TOP $args" -- env PYTHONPATH="$before" $TOP $args
 done
