@@ -172,8 +172,26 @@ def summary(runs: list[dict]) -> dict:
             if any(r["copying_steps"]["count"] for r in runs) else None}
 
 
+def clock_cost_ns(calls: int = 200_000) -> float:
+    """One time.perf_counter() call, ns (the agent reads the clock twice a step, this benchmark twice
+    more in the timed part of a step with a body: on a VM whose clock source is no TSC it is a syscall)."""
+    clock = time.perf_counter
+    started = clock()
+    for _ in range(calls):
+        clock()
+    return (clock() - started) / calls * 1e9
+
+
+def clock_source() -> str | None:
+    try:
+        return Path("/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
+    except OSError:
+        return None
+
+
 def machine() -> dict:
     return {"cpus": os.cpu_count(), "load_avg_1_5_15": list(os.getloadavg()), "python": platform.python_version(),
+            "perf_counter_ns": clock_cost_ns(), "clock_source": clock_source(),
             "torch": torch.__version__, "platform": platform.platform(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
