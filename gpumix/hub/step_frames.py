@@ -25,7 +25,8 @@ from gpumix.wire.step_message import AMP_DTYPES, MAX_STEP_INDEX, STEP_TIME_RANGE
 ROW_FIELDS = ("step", "step_time_s", *STEP_RANGES, "amp_dtype")
 _NUMBERS = {float, int, type(None)}
 _DTYPES = {*AMP_DTYPES, None}
-_ABSENT = object()
+# a number field's range, for a shared value (not "step": an integer kept as sent, not a float)
+_PLAIN_RANGES = {"step_time_s": STEP_TIME_RANGE_S, **STEP_RANGES}
 
 
 def parse_steps(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -41,13 +42,17 @@ def parse_steps(message: dict[str, Any]) -> list[dict[str, Any]]:
     values: list[list[Any]] = []
     rejected: dict[int, list[str]] = {}  # row -> its rejected fields, in ROW_FIELDS order
     dropped: set[int] = set()  # rows whose step index or step time is out of range: the hub drops them
-    for name in ROW_FIELDS:
-        column = columns.get(name, _ABSENT)
-        if column is _ABSENT:
-            if name in ("step", "step_time_s"):
-                raise ProtocolError(f"'{name}' is missing")
-            continue
-        one = type(column) is not list
+    if "step" not in columns or "step_time_s" not in columns:
+        raise ProtocolError("'step' and 'step_time_s' are required")
+    for name in [name for name in ROW_FIELDS if name in columns]:
+        column = columns[name]
+        kind = type(column)
+        if (kind is float or kind is int) and name in _PLAIN_RANGES:  # the usual shared value, in one test
+            low, high = _PLAIN_RANGES[name]
+            if low <= column <= high:  # finite bounds: NaN and inf fail it
+                shared[name] = float(column)
+                continue
+        one = kind is not list
         if one:
             column = [column]
         elif len(column) != n:
@@ -67,8 +72,17 @@ def parse_steps(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _rows(n: int, shared: dict[str, Any], names: list[str], values: list[list[Any]],
           rejected: dict[int, list[str]], dropped: set[int]) -> list[dict[str, Any]]:
+    rows = zip(*values, strict=True) if values else ((),) * n
+    if not rejected:  # the usual frame: no value out of range
+        steps = []
+        for row in rows:
+            step = shared.copy()
+            step.update(zip(names, row, strict=True))
+            step["rejected"] = []
+            steps.append(step)
+        return steps
     steps = []
-    for index, row in enumerate(zip(*values, strict=True) if values else ((),) * n):
+    for index, row in enumerate(rows):
         step = shared.copy()
         step.update(zip(names, row, strict=True))
         step["rejected"] = rejected.get(index, [])
