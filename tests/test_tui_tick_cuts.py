@@ -135,3 +135,31 @@ async def test_a_changed_line_is_the_only_one_measured(monkeypatch: pytest.Monke
         assert not panel._stale_lines  # measured again at the new width: not a repaint of columns
         await pilot.pause()
         assert panel._render_cache.lines == whole_render(panel)  # the wrapped text, as Textual draws it
+
+
+async def test_a_changed_cell_drops_its_renders_without_hashing_every_cached_key(
+        demo_hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    from textual.widgets._data_table import StringKey
+
+    from gpumix.tui.gpu_table import GpuTable
+    from tests.screen import started
+
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        await pilot.pause()
+        table = app.query_one(GpuTable)
+        uuid = demo_hub.snapshot()["gpus"][3]["uuid"]
+        cached = len(table._cell_render_cache.keys())
+        assert cached > 50  # every cell of the ten rows drawn
+        hashed: list[int] = []
+        original = StringKey.__hash__
+        monkeypatch.setattr(StringKey, "__hash__", lambda self: (hashed.append(1), original(self))[1])
+        table.update_cell(uuid, "temp", " 99C")
+        monkeypatch.undo()
+        assert len(hashed) < 80, len(hashed)  # 32 here; each cached render's key hashed, 308 before
+        assert not [k for k in table._cell_render_cache.keys() if (k[0].value, k[1].value) == (uuid, "temp")]
+        assert len(table._cell_render_cache.keys()) >= cached - 3  # only that cell's renders dropped
+        await pilot.pause()
+        row = table.get_row_index(uuid)
+        assert "99C" in table.render_line(row + 1 - int(table.scroll_offset.y)).text  # the header is line 0

@@ -44,6 +44,11 @@ def signature(text: Text) -> Signature:
     return text.plain, str(text.style), tuple(text.spans)
 
 
+def _value(key: Any) -> Any:
+    """A RowKey's or ColumnKey's plain value (the header's: None)."""
+    return getattr(key, "value", key)
+
+
 class KeyedTable(DataTable):
     """A DataTable kept in step with `{row id: {column key: cell}}` by `sync`."""
 
@@ -137,10 +142,13 @@ class KeyedTable(DataTable):
         cells = set(repaint)
         rows = {key for key, _ in repaint}
         indexes = {self.get_row_index(key) for key in rows}
-        # DataTable's caches keyed (row, column, ...), (row, line, ...) and (count, row index)
-        self._discard(self._cell_render_cache, lambda k: (k[0], k[1]) in cells)
-        self._discard(self._row_render_cache, lambda k: k[0] in rows)
-        self._discard(self._row_renderable_cache, lambda k: k[1] in indexes)
+        # DataTable's caches keyed (row, column, ...), (row, line, ...) and (count, row index); the
+        # keys' plain values compared, not the keys: a RowKey hashes in Python, a str in C (the
+        # scans were a tenth of a 10-GPU table's sync)
+        self._discard(self._cell_render_cache, [k for k in self._cell_render_cache.keys()
+                                                if (_value(k[0]), _value(k[1])) in cells])
+        self._discard(self._row_render_cache, [k for k in self._row_render_cache.keys() if _value(k[0]) in rows])
+        self._discard(self._row_renderable_cache, [k for k in self._row_renderable_cache.keys() if k[1] in indexes])
         self._line_cache.clear()  # lines are joined from the row cache: cheap to rebuild
         # one refresh for them all: each refresh_coordinate cleared the widget's style caches and
         # prompted the message pump again (a tenth of the 10-GPU dashboard's work, issue 13)
@@ -152,8 +160,8 @@ class KeyedTable(DataTable):
             self.refresh(*visible)
 
     @staticmethod
-    def _discard(cache: Any, stale: Any) -> None:
-        for cache_key in [k for k in cache.keys() if stale(k)]:
+    def _discard(cache: Any, stale: list[Any]) -> None:
+        for cache_key in stale:
             cache.discard(cache_key)
 
     def forget_cells(self) -> None:
