@@ -163,3 +163,32 @@ async def test_a_changed_cell_drops_its_renders_without_hashing_every_cached_key
         await pilot.pause()
         row = table.get_row_index(uuid)
         assert "99C" in table.render_line(row + 1 - int(table.scroll_offset.y)).text  # the header is line 0
+
+
+async def test_a_table_pass_works_out_its_style_once_not_per_line(demo_hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    from textual.dom import DOMNode
+
+    from gpumix.tui.gpu_table import GpuTable
+    from tests.screen import screen_text, started
+
+    app = GpumixApp(demo_hub, interval_s=60)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        await pilot.pause()
+        table = app.query_one(GpuTable)
+        asked: list[int] = []
+        passes: list[int] = []
+        original_style = DOMNode.rich_style
+        original_lines = GpuTable.render_lines
+        monkeypatch.setattr(DOMNode, "rich_style", property(lambda self: (
+            asked.append(1) if self is table else None, original_style.fget(self))[1]))
+        monkeypatch.setattr(GpuTable, "render_lines", lambda self, crop: (passes.append(crop.height),
+                                                                           original_lines(self, crop))[1])
+        snapshot = demo_hub.snapshot()
+        gpus = [{**gpu, "temperature_c": 40 + number} for number, gpu in enumerate(snapshot["gpus"])]
+        app.render_snapshot({**snapshot, "gpus": gpus})  # a new number in each of the ten rows
+        await pilot.pause()
+        monkeypatch.undo()
+        assert sum(passes) >= 10  # ten rows rendered again
+        assert len(asked) <= len(passes)  # once a pass; DataTable asked once a line
+        assert "  40C" in screen_text(app) and "  49C" in screen_text(app)

@@ -62,6 +62,23 @@ class KeyedTable(DataTable):
         terminal_writes.install()  # partial updates start at the changed cell
         partial_render.install()  # and render only the changed rows
 
+    _pass_rich_style: Style | None = None  # the widget's style while one render pass runs
+
+    def render_lines(self, crop: Any) -> Any:
+        """DataTable's, with the widget's Rich style worked out once for the pass: DataTable.render_line
+        asks for it per line, and each time it walks the styles of every ancestor (a tenth of the
+        10-GPU dashboard's work per snapshot, its rows all changed). Styles do not change mid-pass."""
+        self._pass_rich_style = None
+        self._pass_rich_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_rich_style = None
+
+    @property
+    def rich_style(self) -> Style:
+        return self._pass_rich_style if self._pass_rich_style is not None else super().rich_style
+
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False) -> Any:
         """A cell of plain text drawn by hand (gpumix.tui.cell_render), cached as DataTable caches
