@@ -24,6 +24,7 @@ from gpumix.plan.planner import (
     predict,
 )
 from gpumix.plan.stairs import with_stairs
+from tests.test_plan_exposed_comm import pipeline_wait_s
 
 GIB = 1024**3
 HUGE_LINK = 1e15  # comm ~ 0: compute alone decides
@@ -302,13 +303,15 @@ def test_measured_communication_replaces_the_link_model() -> None:
     request = PlanRequest(global_batch=640, gradient_bytes=1e8, measured_comm_s=0.40 - slowest)
     result = plan(measures, request)
     assert math.isclose(result.current.step_time_s, 0.40)
-    # A wait of 0.044 s is the last bucket's share (what 25 MiB buckets leave of 1e8 bytes: 21 %) of a
-    # 0.208 s all-reduce that the 0.237 s backward hides; the proposal's shorter compute hides less of
-    # it, after the first 25 MiB bucket (26 %) is produced (the overlap prior).
-    bucket = 25 * 1024**2
-    allreduce_s = (0.40 - slowest) / ((1e8 - 3 * bucket) / 1e8)
-    hidden_s = 2 / 3 * result.proposed.compute_s * (1 - bucket / 1e8)
-    assert math.isclose(result.proposed.allreduce_s, allreduce_s - hidden_s)
+    # A wait of 0.044 s behind a 0.237 s backward is what the third 25 MiB bucket of 1e8 bytes sets
+    # (a 0.1998 s all-reduce: links just slower than the backward produces that bucket); the proposal's
+    # shorter compute hides less of it, as DDP's bucket pipeline runs it (the overlap prior).
+    low, high = 0.0, 1.0
+    for _ in range(100):  # the all-reduce whose pipeline waits 0.044 s at the current compute
+        middle = (low + high) / 2
+        low, high = (middle, high) if pipeline_wait_s(slowest, middle, 1e8) < 0.40 - slowest else (low, middle)
+    assert math.isclose(low, 0.1998, abs_tol=1e-4)
+    assert math.isclose(result.proposed.allreduce_s, pipeline_wait_s(result.proposed.compute_s, low, 1e8), rel_tol=1e-6)
     assert result.proposed.allreduce_s > 0.40 - slowest
     # Leaving ranks out scales it by the link model: the slow-link tier's absence shortens it.
     slow_links = [RankMeasure(**{**m.__dict__, "link_bytes_per_s": 0.8e9 if i < 3 else 20e9})

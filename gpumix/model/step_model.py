@@ -124,23 +124,34 @@ def compute_estimate(points: Sequence[tuple[float, float]], ages_s: Sequence[flo
 BUCKET_BYTES_PRIOR = 25 * 1024**2
 BACKWARD_SHARE_PRIOR = 2 / 3
 OVERLAP_PRIOR = ("overlap prior: 25 MB buckets reduced in order during a backward of 2/3 of the compute,"
-                 " each once produced; a wait read as the last bucket's, no longer than the link prior's all-reduce")
+                 " each once produced; a tail kept as measured, the link prior's all-reduce behind it")
 
 
-def bucket_shares(gradient_bytes: float) -> tuple[float, float]:
-    """(first, last) bucket's share of the gradient: DDP fills buckets of BUCKET_BYTES_PRIOR in the
-    order the backward produces them, the last one holding what is left."""
+def bucket_ends(gradient_bytes: float) -> tuple[float, ...]:
+    """The share of the gradient produced once each bucket is full (the last: 1.0)."""
     if gradient_bytes <= BUCKET_BYTES_PRIOR:
-        return 1.0, 1.0
-    rest = gradient_bytes - (math.ceil(gradient_bytes / BUCKET_BYTES_PRIOR) - 1) * BUCKET_BYTES_PRIOR
-    return BUCKET_BYTES_PRIOR / gradient_bytes, rest / gradient_bytes
+        return (1.0,)
+    full = math.ceil(gradient_bytes / BUCKET_BYTES_PRIOR) - 1
+    return (*(i * BUCKET_BYTES_PRIOR / gradient_bytes for i in range(1, full + 1)), 1.0)
 
 
-def hiding_s(slowest_compute_s: float, first_share: float) -> float:
-    """How much of an all-reduce longer than the backward the backward hides: the buckets are reduced
-    one after the other as the backward produces them, so none starts before the first bucket is
-    produced, and the wait is the all-reduce less the backward after that first bucket."""
-    return BACKWARD_SHARE_PRIOR * slowest_compute_s * (1 - first_share)
+def pipeline_wait_s(allreduce_s: float, slowest_compute_s: float, ends: Sequence[float]) -> float:
+    """The wait past the slowest compute of an all-reduce of `allreduce_s` whose buckets (cumulative
+    shares `ends`) are reduced in order, each once the backward has produced it: for the bucket that
+    sets the pace, the reduction of it and of every bucket after it, less the backward left once it
+    is produced (the first bucket: the lag; the last: its own reduction, the tail; any between).
+    Given the buckets before the last only (ends[:-1]), the wait those set (0 without any)."""
+    backward_s = BACKWARD_SHARE_PRIOR * slowest_compute_s
+    return max((allreduce_s * (1 - start) - backward_s * (1 - end)
+                for start, end in zip((0.0, *ends)[:len(ends)], ends, strict=True)),
+               default=0.0)
+
+
+def pipeline_readings_s(wait_s: float, slowest_compute_s: float, ends: Sequence[float]) -> list[float]:
+    """For each bucket, the all-reduce under which that bucket sets a wait of `wait_s`: the least of
+    them is the all-reduce whose pipeline waits exactly `wait_s` (the inverse of pipeline_wait_s)."""
+    backward_s = BACKWARD_SHARE_PRIOR * slowest_compute_s
+    return [(wait_s + backward_s * (1 - end)) / (1 - start) for start, end in zip((0.0, *ends)[:len(ends)], ends, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -150,11 +161,14 @@ class CommModel:
     Measured at the current split where the ranks report it (`measured_s`, at a slowest compute of
     `measured_compute_s`); another set of ranks scales it by the link prior (leaving a slow-link tier
     out shortens the all-reduce). The wait is not a constant: DDP reduces buckets while the backward
-    runs, so a shorter slowest compute hides less. From the one measurement, the all-reduce's length:
-    if the wait is no more than the last bucket's share of an all-reduce that the backward hides, it
-    is that tail; else it is the all-reduce less the backward after the first bucket (hiding_s: no
-    bucket is reduced before it is produced). A tail reading is taken no longer than the link prior's
-    all-reduce, and the part of the wait it then leaves unexplained (the ranks' step-to-step spread)
+    runs, so a shorter slowest compute hides less (the bucket pipeline: pipeline_wait_s). From the one
+    measurement: where a bucket before the last sets the wait (links slower than the backward
+    produces the gradient), the all-reduce whose pipeline waits exactly that (the least of the
+    buckets' readings); where the last bucket's reduction sets it (a tail), the tail as measured and
+    behind it the link prior's all-reduce (no longer than the earlier buckets' readings): a tail says
+    little of the all-reduce (its size and timing are the network's, and the ranks' spread is in it),
+    and a link prior longer than what the tail read keeps a re-split from being promised a wait the
+    links cannot give. The part of a tail the model's own pipeline does not explain (the spread)
     stays in every prediction. Without a measurement, the link prior alone, all of it waited for."""
 
     gradient_bytes: float
@@ -171,18 +185,24 @@ class CommModel:
         scale = modelled / reference if reference > 0 else 1.0
         if self.measured_compute_s is None or slowest_compute_s is None:
             return self.measured_s * scale
-        first_share, last_share = bucket_shares(self.gradient_bytes)
-        # The all-reduce whose wait at the measured compute is the one measured: all of it less what the
-        # backward hid (links slower than the backward) or, where the backward hid all but the last
-        # bucket, that bucket's reduction. A tail reading multiplies whatever else the wait holds (the
-        # ranks' step-to-step spread: the step waits for each step's slowest rank) by 1/last_share, so
-        # it is taken no longer than the link prior's all-reduce; what the tail does not explain stays.
-        tail_s = self.measured_s / last_share
-        lag_s = self.measured_s + hiding_s(self.measured_compute_s, first_share)
-        allreduce_s = lag_s if lag_s < tail_s else min(tail_s, reference)
-        unexplained_s = self.measured_s - max(last_share * allreduce_s, allreduce_s - hiding_s(self.measured_compute_s, first_share))
-        waits_s = max(last_share * allreduce_s * scale, allreduce_s * scale - hiding_s(slowest_compute_s, first_share))
-        return max(0.0, unexplained_s) + waits_s
+        ends = bucket_ends(self.gradient_bytes)
+        *others, tail_s = pipeline_readings_s(self.measured_s, self.measured_compute_s, ends)
+        paced_s = min(others, default=math.inf)
+        if paced_s <= tail_s:
+            # A bucket before the last sets the wait (the links lag the backward): the all-reduce whose
+            # pipeline waits exactly what was measured.
+            return pipeline_wait_s(paced_s * scale, slowest_compute_s, ends)
+        # The last bucket's reduction sets it (the tail): how long that is depends on the last bucket's
+        # size and on when the backward produces the gradient, which the model does not know for the
+        # job's network, and the wait also holds the ranks' step-to-step spread (the step waits for
+        # each step's slowest rank). So the tail stays as measured, and the all-reduce is the link
+        # prior's (no longer than what the earlier buckets allow: the wait would be longer), for
+        # where a shorter compute makes an earlier bucket set the wait; what the model's tail does not
+        # explain (the spread) comes with it.
+        allreduce_s = min(paced_s, reference)
+        spread_s = max(0.0, self.measured_s - pipeline_wait_s(allreduce_s, self.measured_compute_s, ends))
+        return max(self.measured_s * scale,
+                   spread_s + pipeline_wait_s(allreduce_s * scale, slowest_compute_s, ends[:-1]))
 
     def basis(self, links: Sequence[float] | None = None) -> Basis:
         link = self.link_basis or LINK_PRIOR
