@@ -185,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: using the running hub at {default_hub_address()}", file=sys.stderr, flush=True)
             return print_snapshot(client.snapshot(), args.json, text_summary, reason=failure_reason(client))
         return run_app(client, args)
+    return run_with_own_hub(args)
+
+
+def run_with_own_hub(args: argparse.Namespace) -> int:
+    """gpumix-top with a hub of its own (the GPUs, --demo or --sim), until the app or the one-shot ends."""
+    simulated = args.demo or args.sim
     # the hub, NVML and the simulator load only here: a one-shot that attaches never needs them (issue 13)
     load_asyncio_without_ssl(args)
     from gpumix.cli.hardware import RigError, open_hardware
