@@ -98,7 +98,8 @@ if [ "$PART" = b ]; then
       --steps 5000 --out "$WORK/agent_calls_empty.json"
     start_hub ddp
     step 60 "agent CUDA values under sync debug, live hub (the values the hub got are the steps')" $PY \
-      "$REPO/benchmarks/agent_cuda_check.py" --hub "$WORK/run/gpumix/hub.sock" --out "$WORK/agent_cuda_check.json"
+      "$REPO/benchmarks/agent_cuda_check.py" --hub "$WORK/run/gpumix/hub.sock" --pause-s 0.6 --pause-every 12 \
+      --out "$WORK/agent_cuda_check.json"  # pauses past the copy interval (0.5 s at the 1 s send period)
     step 200 "DDP step with and without the agent, paired" $PY "$REPO/benchmarks/bench_agent_overhead.py" ${DDP_ARGS:---gpus 1 --pairs 5 --steps 300} \
       --hub "$WORK/run/gpumix/hub.sock" --out "$WORK/ddp_agent_overhead.json"
     stop_hub
