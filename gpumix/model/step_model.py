@@ -124,7 +124,7 @@ def compute_estimate(points: Sequence[tuple[float, float]], ages_s: Sequence[flo
 BUCKET_BYTES_PRIOR = 25 * 1024**2
 BACKWARD_SHARE_PRIOR = 2 / 3
 OVERLAP_PRIOR = ("overlap prior: 25 MB buckets reduced in order during a backward of 2/3 of the compute,"
-                 " each once produced; a tail kept as measured, the link prior's all-reduce behind it")
+                 " each once produced; a wait read as the last bucket's, no longer than the link prior's all-reduce")
 
 
 def bucket_ends(gradient_bytes: float) -> tuple[float, ...]:
@@ -162,13 +162,10 @@ class CommModel:
     `measured_compute_s`); another set of ranks scales it by the link prior (leaving a slow-link tier
     out shortens the all-reduce). The wait is not a constant: DDP reduces buckets while the backward
     runs, so a shorter slowest compute hides less (the bucket pipeline: pipeline_wait_s). From the one
-    measurement: where a bucket before the last sets the wait (links slower than the backward
-    produces the gradient), the all-reduce whose pipeline waits exactly that (the least of the
-    buckets' readings); where the last bucket's reduction sets it (a tail), the tail as measured and
-    behind it the link prior's all-reduce (no longer than the earlier buckets' readings): a tail says
-    little of the all-reduce (its size and timing are the network's, and the ranks' spread is in it),
-    and a link prior longer than what the tail read keeps a re-split from being promised a wait the
-    links cannot give. The part of a tail the model's own pipeline does not explain (the spread)
+    measurement, the all-reduce whose pipeline waits exactly that (the least of the buckets'
+    readings: the first bucket's lag, any bucket between, or the last bucket's tail). A tail reading
+    is taken no longer than the link prior's all-reduce, and the part of the wait it then leaves
+    unexplained (the ranks' step-to-step spread)
     stays in every prediction. Without a measurement, the link prior alone, all of it waited for."""
 
     gradient_bytes: float
@@ -186,23 +183,18 @@ class CommModel:
         if self.measured_compute_s is None or slowest_compute_s is None:
             return self.measured_s * scale
         ends = bucket_ends(self.gradient_bytes)
+        # The all-reduce whose bucket pipeline waits what was measured at the measured compute: the least
+        # of the buckets' readings (a bucket between the first and the last can set the wait: links
+        # just slower than the backward produces them). A reading through the last bucket alone (the
+        # tail: the backward hid the rest) multiplies whatever else the wait holds (the ranks'
+        # step-to-step spread: the step waits for each step's slowest rank) by 1/its share, so it is
+        # taken no longer than the link prior's all-reduce, and the part of the wait it then leaves
+        # unexplained stays in every prediction.
         *others, tail_s = pipeline_readings_s(self.measured_s, self.measured_compute_s, ends)
         paced_s = min(others, default=math.inf)
-        if paced_s <= tail_s:
-            # A bucket before the last sets the wait (the links lag the backward): the all-reduce whose
-            # pipeline waits exactly what was measured.
-            return pipeline_wait_s(paced_s * scale, slowest_compute_s, ends)
-        # The last bucket's reduction sets it (the tail): how long that is depends on the last bucket's
-        # size and on when the backward produces the gradient, which the model does not know for the
-        # job's network, and the wait also holds the ranks' step-to-step spread (the step waits for
-        # each step's slowest rank). So the tail stays as measured, and the all-reduce is the link
-        # prior's (no longer than what the earlier buckets allow: the wait would be longer), for
-        # where a shorter compute makes an earlier bucket set the wait; what the model's tail does not
-        # explain (the spread) comes with it.
-        allreduce_s = min(paced_s, reference)
-        spread_s = max(0.0, self.measured_s - pipeline_wait_s(allreduce_s, self.measured_compute_s, ends))
-        return max(self.measured_s * scale,
-                   spread_s + pipeline_wait_s(allreduce_s * scale, slowest_compute_s, ends[:-1]))
+        allreduce_s = paced_s if paced_s < tail_s else min(tail_s, reference)
+        unexplained_s = self.measured_s - pipeline_wait_s(allreduce_s, self.measured_compute_s, ends)
+        return max(0.0, unexplained_s) + pipeline_wait_s(allreduce_s * scale, slowest_compute_s, ends)
 
     def basis(self, links: Sequence[float] | None = None) -> Basis:
         link = self.link_basis or LINK_PRIOR
