@@ -113,7 +113,7 @@ async def test_data_that_stops_is_said_though_the_clock_shows_minutes(demo_hub: 
         app._received(at(demo_hub.snapshot(), MINUTE_S + 5))
         await pilot.pause()
         assert title.text.endswith("10:54") and not app.stale
-        app._received_at_s = time.monotonic() - app.stale_after_s - 7  # the last snapshot came that long ago
+        app._received_at_s = app._answered_at_s = time.monotonic() - app.stale_after_s - 7  # the last snapshot came that long ago
         app._check_stale()
         await pilot.pause()
         assert app.stale and app.has_class("-stale")

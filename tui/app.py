@@ -17,7 +17,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.driver import Driver
 from textual.filter import Monochrome, NoColor
-from textual.geometry import Size
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer
@@ -37,7 +36,7 @@ from gpumix.tui.panels import (
     title_line,
 )
 from gpumix.tui.poller import Poller
-from gpumix.tui.size_notice import TooSmallScreen, too_small
+from gpumix.tui.size_notice import SizeWatch, TooSmallScreen
 from gpumix.tui.snapshot_view import SnapshotView
 from gpumix.tui.staleness import StaleWatch
 from gpumix.tui.text_panel import TextPanel
@@ -59,10 +58,10 @@ class DetailPanel(TextPanel):
             self.call_after_refresh(show)
 
 
-class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
+class GpumixApp(UserControls, Navigation, StaleWatch, SizeWatch, App[None]):
     """Composition, polling and rendering; the controls' actions and workflows come from
     UserControls (gpumix.tui.controls), the views' from Navigation (gpumix.tui.navigation), the lost
-    hub's notice from StaleWatch (gpumix.tui.staleness)."""
+    hub's notice from StaleWatch (gpumix.tui.staleness), the too-small notice from SizeWatch."""
 
     TITLE = "gpumix-top"
     CSS_PATH = "app.tcss"
@@ -163,27 +162,6 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
             self.table.fit_width(self.terminal_size.width)
             self._refresh_now()
 
-    _terminal_size: Size | None = None
-
-    @property
-    def terminal_size(self) -> Size:
-        return self._terminal_size or self.size
-
-    @property
-    def too_small(self) -> bool:
-        return too_small(*self.terminal_size)
-
-    def _check_size(self) -> None:
-        if not self.screen_stack:
-            return
-        notice = self.screen if isinstance(self.screen, TooSmallScreen) else None
-        if self.too_small and notice is None:
-            self.push_screen(TooSmallScreen())
-        elif self.too_small and notice is not None:
-            notice.show_size(*self.terminal_size)
-        elif notice is not None:
-            self.pop_screen()
-            self._refresh_now()
 
     async def on_event(self, event: events.Event) -> None:
         # A key or mouse event still queued when the app has closed its screens (typed as it quits)
@@ -253,8 +231,7 @@ class GpumixApp(UserControls, Navigation, StaleWatch, App[None]):
             self._series = series
         try:
             if snapshot is not None:
-                self._recovered()
-                self._received_at_s = time.monotonic()
+                self._snapshot_came(snapshot)
             if snapshot is not None and snapshot is not self.snapshot:
                 self.snapshot = snapshot
                 self.render_snapshot(snapshot)

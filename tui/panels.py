@@ -44,6 +44,11 @@ def stale_line(age_s: float, reason: str | None) -> str:
     return f"hub lost — reconnecting ({age_s:.0f} s){why}"
 
 
+def frozen_line(age_s: float) -> str:
+    """The title while the hub answers with the same readings (its sampler or the GPUs' driver hung)."""
+    return f"hub answers, no new readings ({age_s:.0f} s)"
+
+
 def run_line(snapshot: dict[str, Any]) -> str:
     """The training run at a glance: its pace and who holds it back."""
     run = snapshot.get("run")

@@ -41,6 +41,7 @@ class ReplayApp(GpumixApp):
         Binding("plus", "replay_speed(1)", "Faster", key_display="+", show=False, id="replay_faster"),
         Binding("minus", "replay_speed(-1)", "Slower", key_display="-", show=False, id="replay_slower"),
     ]
+    WATCH_READINGS = False  # a paused replay shows the same readings on purpose
     DEFAULT_CSS = "#replay { height: 2; padding: 0 1; background: $boost; color: $warning; }"
 
     def __init__(self, source: ReplaySource, interval_s: float = REPLAY_POLL_S, theme: str | None = None) -> None:
