@@ -187,9 +187,9 @@ def _power(snapshot: dict[str, Any], settings: AdvisorSettings) -> list[Finding]
                     f"{budget:.0f}`; waiting cards give up watts first.")]
 
 
-def _tiers(snapshot: dict[str, Any]) -> list[Finding]:
+def _tiers(table: list[dict[str, Any]]) -> list[Finding]:
     found = []
-    for tier in tier_table(snapshot):
+    for tier in table:
         if tier["flag"] is None:
             continue
         found.append(Finding(f"tier-{tier['flag']}", "warning",
@@ -199,12 +199,15 @@ def _tiers(snapshot: dict[str, Any]) -> list[Finding]:
     return found
 
 
-def findings(snapshot: dict[str, Any], settings: AdvisorSettings | None = None) -> list[Finding]:
+def findings(snapshot: dict[str, Any], settings: AdvisorSettings | None = None,
+             tiers: list[dict[str, Any]] | None = None) -> list[Finding]:
+    """`tiers`: the snapshot's `tier_table`, where the caller has just made it (the hub's merge);
+    None: made here."""
     settings = settings or AdvisorSettings(has_infiniband=bool((snapshot.get("host") or {}).get("infiniband")))
     # Within a severity, what costs the job now comes first: the bottleneck and the tiers,
     # then settings and power, then the per-GPU link facts that explain them.
     kept = kept_probe(snapshot, settings.probe_folder, settings.probe_stale_after_s)
-    result = [*cpu_forwarding_findings(snapshot, kept), *_tiers(snapshot), *_p2p(snapshot, settings),
+    result = [*cpu_forwarding_findings(snapshot, kept), *_tiers(tier_table(snapshot) if tiers is None else tiers), *_p2p(snapshot, settings),
               *_nccl_env(snapshot, settings), *_power(snapshot, settings),
               *field_findings(snapshot, settings.power_layout), *probe_findings(snapshot, kept), *_links(snapshot)]
     return sorted(result, key=lambda f: -SEVERITY_RANK[f.severity])  # stable: keeps that order

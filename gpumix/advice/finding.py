@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
@@ -18,4 +18,8 @@ class Finding:
     gpus: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """What dataclasses.asdict gives, field for field, without its deep copy of each value (the
+        hub turns every finding to JSON each tick, issue 13): the strings are immutable, the GPU
+        indexes ints, so a copy of the list is the whole deep copy."""
+        return {"id": self.id, "severity": self.severity, "title": self.title, "evidence": self.evidence,
+                "fix": self.fix, "gpus": list(self.gpus)}

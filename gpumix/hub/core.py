@@ -22,7 +22,7 @@ from gpumix.hub.jobs import refused
 from gpumix.hub.merge import DETAIL_RANKS, merge_ranks
 from gpumix.hub.plan_in_force import PlansInForce
 from gpumix.hub.rank_table import RankKey, RankLimits, RankRefused, StreamKey
-from gpumix.hub.snapshot import build_snapshot
+from gpumix.hub.snapshot import build_snapshot, link_rows
 from gpumix.hub.supervised import (
     MAX_JOBS,
     SUPERVISOR_TIMEOUT_S,
@@ -75,6 +75,7 @@ class Hub:
         self._infos = hardware.backend.gpus()
         self._driver = hardware.backend.driver_info()
         self._p2p: list[P2PLink] | None = None
+        self._p2p_rows: list[dict[str, Any]] = []  # the snapshot's rows of self._p2p, made with it
         self._lock = threading.Lock()  # guards everything below: the parts are not thread-safe themselves
         self._snapshot: dict[str, Any] | None = None
         self._ready = threading.Event()
@@ -122,6 +123,7 @@ class Hub:
         samples = self.hardware.backend.sample()
         if self._p2p is None:  # topology does not change while we run
             self._p2p = self.hardware.backend.p2p()
+            self._p2p_rows = link_rows(self._p2p)
         host = self._host.sample()
         pids = {proc.pid for sample in samples for proc in sample.processes}
         processes = self._host.processes(pids)
@@ -135,6 +137,7 @@ class Hub:
             processes=processes,
             p2p=self._p2p,
             hostname=self._hostname,
+            p2p_rows=self._p2p_rows,
         )
         snapshot["power_budget_w"] = self.hardware.power_budget_w
         snapshot["power_layout"] = self.hardware.power_layout

@@ -48,7 +48,7 @@ def merge_ranks(hardware_snapshot: dict[str, Any], streams: Iterable[RankStream]
     snapshot["plan"] = plans_in_force.view(snapshot, wall_s)
     host = snapshot.get("host") or {}
     settings = advisor_settings(power_budget_w, bool(host.get("infiniband")), *(os.environ.get(name) for name in SETTINGS_ENV))
-    snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings)]
+    snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings, snapshot["tiers"])]
     bound_detail(ranks, detail_ranks)  # after the advisor, which reads every rank's env
     return snapshot
 
