@@ -2,9 +2,10 @@
 not ours: gpumix/sim/ and the random module it draws noise from) against the hub's (its NVML reading
 code, the snapshot, the merge, the advisor), in process.
 
-Two measures: the thread's CPU time of --ticks ticks (Hub.tick with its merge, as `gpumix hub` runs
+Three measures: the thread's CPU time of --ticks ticks (Hub.tick with its merge, as `gpumix hub` runs
 them), best of --repeats; and a cProfile of the same ticks, its own time summed by where the code lives
-(cProfile inflates small calls: the shares, not the microseconds, are the point).
+(cProfile inflates small calls: the shares, not the microseconds, are the point); and that profile's
+function calls per tick by the same owners, which a loaded box does not move.
 
     .venv/bin/python benchmarks/hub_tick_split.py --rig mixed-10 --out split.json
 """
@@ -59,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     profile.disable()
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     by_owner: dict[str, float] = {}
-    for (file, _, _), (_, _, tottime, *_rest) in stats.items():
+    calls_by_owner: dict[str, int] = {}  # function calls, all of them (recursive ones too): deterministic
+    for (file, _, _), (_, calls, tottime, *_rest) in stats.items():
         by_owner[owner(file)] = by_owner.get(owner(file), 0.0) + tottime
+        calls_by_owner[owner(file)] = calls_by_owner.get(owner(file), 0) + calls
     total = sum(by_owner.values())
     # the simulator inclusive: the time under each call into gpumix/sim from outside it (builtins it calls included)
     world_s = sum(cumtime for (file, _, _), (*_head, callers) in stats.items() if "/gpumix/sim/" in file
@@ -75,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ms_per_tick_simulator_estimate": round(min(per_tick_ms) * world_s / total, 3),
         "profiled_share_by_owner": {name: round(seconds / total, 3)
                                     for name, seconds in sorted(by_owner.items(), key=lambda item: -item[1])},
+        # what a box's load does not move: the calls a tick makes, by where the called code lives
+        "profiled_calls_per_tick": round(sum(calls_by_owner.values()) / args.ticks, 1),
+        "profiled_calls_per_tick_by_owner": {name: round(calls / args.ticks, 1)
+                                             for name, calls in sorted(calls_by_owner.items(), key=lambda item: -item[1])},
     }
     text = json.dumps(result, indent=2)
     print(text)
