@@ -13,6 +13,7 @@ from gpumix.advice.advisor import Finding, findings
 from gpumix.hub import Hub
 from gpumix.hub.merge import SETTINGS_ENV, advisor_settings
 from gpumix.hub.ranks import parse_hello, parse_step
+from gpumix.hub.snapshot import gpu_row
 from gpumix.hw.hardware import Hardware
 from gpumix.power.tiers import tier_table
 from tests.conftest import ManualClock, ticked_hub
@@ -93,3 +94,18 @@ def test_finding_json_is_asdict_and_its_own() -> None:
         assert list(finding.to_json()) == list(dataclasses.asdict(finding))  # the same key order
         finding.to_json()["gpus"].append(5)
         assert 5 not in finding.gpus
+
+
+def test_gpu_rows_follow_a_changed_gpu_info(demo_hardware: Hardware) -> None:
+    """The static facts are made once per GpuInfo: another info (another card's memory, name) is
+    another row, never the first one's."""
+    info, sample = demo_hardware.backend.gpus()[0], demo_hardware.backend.sample()[0]
+    first = gpu_row(info, sample, {})
+    other = dataclasses.replace(info, name="NVIDIA GeForce RTX 9999", mem_total_bytes=(info.mem_total_bytes or 0) * 2)
+    row = gpu_row(other, sample, {})
+    assert (row["name"], row["model"], row["tier"]) == (other.name, other.model, other.tier) != (
+        first["name"], first["model"], first["tier"])
+    static = {key: value for key, value in dataclasses.asdict(other).items() if key not in dataclasses.asdict(sample)}
+    assert {key: row[key] for key in static} == static  # the sample's readings (its memory total) come after
+    row["name"] = "changed by a client"
+    assert gpu_row(other, sample, {})["name"] == other.name

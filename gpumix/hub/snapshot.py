@@ -10,6 +10,7 @@ Ranks of different jobs never wait for each other: whatever compares ranks
 
 from __future__ import annotations
 
+import functools
 import socket
 from dataclasses import fields
 from functools import cache
@@ -50,12 +51,17 @@ def plain(record: Any) -> dict[str, Any]:
     return {name: getattr(record, name) for name in _field_names(type(record))}
 
 
+@functools.lru_cache(maxsize=256)
+def _info_fields(info: GpuInfo) -> dict[str, Any]:
+    """A GPU's static facts as row fields, made once per GpuInfo (frozen, its fields scalars: a changed
+    one is another key) rather than at every tick (issue 13); the row copies them."""
+    return {**plain(info), "model": info.model, "tier": info.tier}
+
+
 def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample]) -> GpuRow:
     """Static facts, the tick's readings and what follows from them, for one GPU."""
     row: dict[str, Any] = {
-        **plain(info),
-        "model": info.model,
-        "tier": info.tier,
+        **_info_fields(info),
         **plain(sample),  # GpuSample.to_json without asdict's deep copy: its lists are copied here
     }
     if sample.clock_event_reasons is not None:
