@@ -225,7 +225,8 @@ async def test_at_120x40_the_table_widens_and_the_detail_takes_the_height() -> N
         for label in ("Fan", "SM MHz", "Mem MHz", "kJ", "Held by"):
             assert label in header, header
         row0 = next(line for line in lines if line.lstrip().startswith("0 "))
-        assert "RTX 3060 12G" in row0 and "power cap" in row0 and "1751" in row0, row0
+        sm_mhz = f"{app.snapshot['gpus'][0]['clock_sm_mhz']:.0f}"  # the wide table's SM clock column
+        assert "RTX 3060 12G" in row0 and "power cap" in row0 and f" {sm_mhz} " in row0, row0
         detail = app.query_one("#detail", Static)
         assert detail.region.height >= 20
         text = str(detail.render())

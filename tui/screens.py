@@ -47,7 +47,7 @@ HELP_TABLE = """\
          idle, - none
   Link   PCIe gen x width now / max for card and slot together;
          '!' = below max under load (at idle a drop to gen1 is normal)
-  RX/TX  PCIe bytes per second        Lnk%    busier direction's share
+  RX/TX  PCIe bytes/s (<1M: idle)     Lnk%    busier direction's share
   N/A    the driver does not report it for this card"""
 
 
