@@ -31,8 +31,8 @@ if [ -d .whl ]; then
   # gpumix-top re-executes itself at -OO (gpumix/cli/docstring_free.py): compile its -OO files once, as a
   # user's first start does (beside the sources where writable, else in the user's private cache)
   for prefix in "" "${XDG_CACHE_HOME:-$HOME/.cache}/gpumix/pycache"; do
-    PYTHONPYCACHEPREFIX=$prefix PYTHONOPTIMIZE=2 $PY -c "import gpumix.tui.app, gpumix.cli.node, gpumix.cli.hardware, gpumix.hub.client, pynvml, psutil" >>"$LOG" 2>&1
-  done
+    (cd / && PYTHONPYCACHEPREFIX=$prefix PYTHONOPTIMIZE=2 $PY -c "import gpumix.tui.app, gpumix.cli.node, gpumix.cli.hardware, gpumix.hub.client, pynvml, psutil") >>"$LOG" 2>&1
+  done  # from /: the checkout's gpumix/ (no gpumix.tui) would stand in the way of the wheel's
 fi
 cd "$WORK" || exit 1
 SRC=""; [ "$DRY" = 1 ] && SRC="--sim 4090-x2-desktop"   # gpumix's commands look at this instead of NVML
