@@ -10,6 +10,8 @@
 #   PART=demo: the demo's dashboards of PART=b alone.
 #   PART=rss: where gpumix-top's and nvitop's resident memory goes (one /proc/PID/smaps reading each,
 #           grouped by `benchmarks/rss_breakdown.py`), gpumix-top also with MALLOC_ARENA_MAX=2.
+#   PART=more: the hub over 30 s windows (twice), RSS by kind with and without the -OO re-exec, the
+#           re-exec's environment, the 80x24 bytes by row after 45 s (both tools), the demo attached at 80x24.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -74,6 +76,30 @@ if [ "$PART" = hub ]; then
     --out "$WORK/hub_latency_plain.json"
   step 40 "hub latency, rounds" $ROUNDS $PY $REPO/benchmarks/bench_hub.py --skip-ingest --latency-agents 10 --rate 20 \
     --latency-seconds 10 --out "$WORK/hub_latency_rounds.json"
+fi
+
+if [ "$PART" = more ]; then  # session 8: longer hub windows, memory with and without the -OO re-exec, steady bytes
+  for round in 1 2; do
+    step 90 "hub CPU per tick over 30 s, 10 simulated GPUs ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
+      --tick-seconds 30 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 --sim mixed-10" \
+      --out "$WORK/hub_tick30_mixed10_$round.json"
+  done
+  BREAK=($PY "$REPO/benchmarks/rss_breakdown.py" --warmup 10 --cols 160 --rows 48)
+  step 30 "RSS by kind, gpumix-top" "${BREAK[@]}" --out "$WORK/rss_breakdown_gpumix.json" -- gpumix-top --interval 1 $SRC
+  step 30 "RSS by kind, nvitop" "${BREAK[@]}" --out "$WORK/rss_breakdown_nvitop.json" -- nvitop --interval 1
+  step 30 "RSS by kind, gpumix-top keeping its docstrings (no -OO re-exec)" "${BREAK[@]}" \
+    --out "$WORK/rss_breakdown_gpumix_docstrings.json" -- env GPUMIX_TOP_DOCSTRINGS=1 gpumix-top --interval 1 $SRC
+  step 20 "the monitor's environment after its re-exec" $PY "$REPO/benchmarks/reexec_check.py" --out "$WORK/reexec_check.json"
+  for tool in gpumix-top nvitop; do
+    step 80 "bytes by row, 80x24, idle GPU, $tool, after 45 s" $PY "$REPO/benchmarks/tui_bytes_by_row.py" --seconds 30 \
+      --warmup 45 --cols 80 --rows 24 --out "$WORK/tui_bytes_by_row_80x24_steady_$tool.json" -- $tool --interval 1 $SRC
+  done
+  start_hub demo --demo
+  sleep 3
+  step 60 "demo dashboard 80x24, attached to gpumix hub --demo, 3 rounds" $PY "$REPO/benchmarks/bench_tui.py" --repeats 3 \
+    --seconds 8 --warmup "$WARM" --cols 80 --rows 24 --label demo-attached-80x24 --out "$WORK/tui_demo_attached_80x24_r3.json" \
+    -- gpumix-top --interval 1
+  stop_hub
 fi
 
 if [ "$PART" = rss ]; then
