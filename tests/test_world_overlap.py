@@ -13,8 +13,8 @@ from pathlib import Path
 from gpumix.model.step_model import (
     BACKWARD_SHARE_PRIOR,
     BUCKET_BYTES_PRIOR,
-    bucket_shares,
-    hiding_s,
+    bucket_ends,
+    pipeline_wait_s,
 )
 from gpumix.sim.world import (
     BACKWARD_SHARE,
@@ -84,13 +84,14 @@ def test_an_all_reduce_shorter_than_the_backward_leaves_its_last_bucket() -> Non
     compute_s, allreduce_s = 0.36, 0.10
     last_share = DDP_BUCKETS_RESNET50_BYTES[-1] / sum(DDP_BUCKETS_RESNET50_BYTES)
     assert math.isclose(exposed_comm_seconds(compute_s, allreduce_s), allreduce_s * last_share, rel_tol=1e-9)
-    assert math.isclose(linear_25mib_wait_s(compute_s, allreduce_s), allreduce_s * bucket_shares(GRADIENT_BYTES)[1])
+    assert math.isclose(linear_25mib_wait_s(compute_s, allreduce_s), allreduce_s * (1 - bucket_ends(GRADIENT_BYTES)[-2]))
     assert exposed_comm_seconds(compute_s, allreduce_s) < 0.5 * linear_25mib_wait_s(compute_s, allreduce_s)
 
 
 def test_the_world_hides_more_than_the_model_prior_says() -> None:
-    # the product's prior (gpumix.model) hides the backward after a 25 MiB first bucket; the world
-    # hides all of it: where the links pace the step, the model over-predicts the wait until it measures
+    # the product's prior (gpumix.model's bucket pipeline) hides the backward after a 25 MiB first
+    # bucket; the world hides all of it: where the links pace the step, the model over-predicts the
+    # wait until it measures
     compute_s, allreduce_s = 0.20, 0.40
-    prior_wait_s = allreduce_s - hiding_s(compute_s, bucket_shares(GRADIENT_BYTES)[0])
+    prior_wait_s = pipeline_wait_s(allreduce_s, compute_s, bucket_ends(GRADIENT_BYTES))
     assert exposed_comm_seconds(compute_s, allreduce_s) < prior_wait_s - 0.025
