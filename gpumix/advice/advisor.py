@@ -6,6 +6,7 @@ panel and by `gpumix doctor` (exit 0 healthy, 1 warnings, 2 errors).
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +153,22 @@ def _off_main_root(snapshot: dict[str, Any]) -> list[Finding]:
     count = len(snapshot["gpus"])
     if count < 3:
         return []
-    level = {(link["gpu_a"], link["gpu_b"]): link["topology"] for link in snapshot["p2p"]}
+    split = _main_root_split(count, tuple((link["gpu_a"], link["gpu_b"], link["topology"]) for link in snapshot["p2p"]))
+    if split is None:
+        return []
+    main, outside = split
+    return [Finding("off-main-root", "warning", f"GPUs {', '.join(map(str, outside))} are behind the chipset or another socket",
+                    f"they reach GPUs {', '.join(map(str, main))} only across the system interconnect (SYS)",
+                    "Their traffic to host memory shares the chipset's uplink: every all-reduce waits for it."
+                    " Prefer CPU-attached slots for training GPUs.", list(outside))]
+
+
+@functools.lru_cache(maxsize=4)  # the topology seldom changes: the hub asks with the same links every tick
+def _main_root_split(count: int, links: tuple[tuple[int, int, str | None], ...]
+                     ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(the largest group of GPUs that share a root, sorted; the others, sorted), or None when all share
+    one or no two do. Keyed on everything it reads, so a changed link or GPU count is a new entry."""
+    level = {(a, b): topology for a, b, topology in links}
     level.update({(b, a): t for (a, b), t in list(level.items())})
     groups: list[set[int]] = []
     for index in range(count):
@@ -165,11 +181,8 @@ def _off_main_root(snapshot: dict[str, Any]) -> list[Finding]:
     main = max(groups, key=len)
     outside = sorted(set(range(count)) - main)
     if not outside or len(main) < 2:
-        return []
-    return [Finding("off-main-root", "warning", f"GPUs {', '.join(map(str, outside))} are behind the chipset or another socket",
-                    f"they reach GPUs {', '.join(map(str, sorted(main)))} only across the system interconnect (SYS)",
-                    "Their traffic to host memory shares the chipset's uplink: every all-reduce waits for it."
-                    " Prefer CPU-attached slots for training GPUs.", outside)]
+        return None
+    return tuple(sorted(main)), tuple(outside)
 
 
 def _power(snapshot: dict[str, Any], settings: AdvisorSettings) -> list[Finding]:

@@ -68,6 +68,8 @@ def load(machine: dict[str, Any], folder: Path | None = None, now: float | None 
 log = logging.getLogger(__name__)
 _SAFE_TEXT = re.compile(r"[0-9A-Za-z.?_/-]{1,64}")  # a driver version, link label or transport read back
 _cache: dict[Path, tuple[tuple[int, int], dict[str, Any] | None]] = {}  # path -> (mtime_ns, size), result
+_listing: dict[Path, tuple[tuple[int, int], list[Path]]] = {}  # folder -> (inode, mtime_ns), its probe files
+LISTING_SETTLED_S = 2.0  # an mtime older than this is past any filesystem's timestamp granularity
 
 
 def kept_for(uuids: list[str], folder: Path | None = None, now: float | None = None) -> list[dict[str, Any]]:
@@ -77,7 +79,7 @@ def kept_for(uuids: list[str], folder: Path | None = None, now: float | None = N
     folder = folder or state_dir()
     wanted = set(uuids)
     try:
-        paths = [p for p in folder.glob("probe-*.json")][: 4 * MAX_FILES]
+        paths = _probe_paths(folder)
         stamped = []
         for path in paths:
             info = path.stat()
@@ -103,6 +105,25 @@ def kept_for(uuids: list[str], folder: Path | None = None, now: float | None = N
             age_s = max(0.0, (time.time() if now is None else now) - report["measured_at"])
             found.append({**report, "age_s": age_s, "path": str(path)})
     return sorted(found, key=lambda report: report["age_s"])
+
+
+def _probe_paths(folder: Path) -> list[Path]:
+    """The folder's probe-*.json paths (at most 4 * MAX_FILES), listed again only when the folder changes:
+    saving, replacing or removing a file in it moves its mtime. A file rewritten in place does not, but
+    kept_for stats each listed file anyway. Raises OSError where the folder cannot be read."""
+    info = folder.stat()
+    key = (info.st_ino, info.st_mtime_ns)
+    cached = _listing.get(folder)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    paths = list(folder.glob("probe-*.json"))[: 4 * MAX_FILES]
+    # A filesystem stamps mtimes from a coarse clock: a second change within the same few ms after this
+    # listing would leave the mtime as it was. Trust only an mtime that has had time to settle.
+    if time.time() - info.st_mtime_ns / 1e9 > LISTING_SETTLED_S:
+        if len(_listing) > 4 * MAX_FILES:
+            _listing.clear()
+        _listing[folder] = (key, paths)
+    return paths
 
 
 def _read_checked(path: Path, size: int) -> dict[str, Any] | None:
