@@ -87,10 +87,11 @@ MAIN_WITH_EXEC_RECORDED = textwrap.dedent("""
 """)
 
 
-def run_main(tmp_path: Path, args: list[str], from_script: bool = True, env: dict[str, str] | None = None) -> str:
+def run_main(tmp_path: Path, args: list[str], from_script: bool = True, env: dict[str, str] | None = None,
+             flags: tuple[str, ...] = ()) -> str:
     code = string.Template(MAIN_WITH_EXEC_RECORDED).substitute(script=repr(str(SCRIPT)), args=repr(args),
                                                                from_script=repr(from_script))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    result = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**reexec_env(tmp_path), **(env or {})}, cwd="/")
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
@@ -110,6 +111,16 @@ def test_only_the_interactive_monitor_started_as_the_script_reexecutes(tmp_path:
     reexecuted = {"PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1", REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONNODEBUGRANGES"}
     assert json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"], env=reexecuted)) == {
         "app": True, "optimize": 2, "env": []}
+
+
+def test_an_interpreter_that_ignores_the_environment_never_reexecutes(tmp_path: Path) -> None:
+    """A script line with `python -E` (or -I): PYTHONOPTIMIZE does not take, so a re-executed process
+    would start unoptimized and re-execute again, for ever (the review's reproduction: 6 starts, one pid)."""
+    reexecuted = {"PYTHONOPTIMIZE": "2", "PYTHONNODEBUGRANGES": "1", REEXEC_ENV: "PYTHONOPTIMIZE,PYTHONNODEBUGRANGES"}
+    again = json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"], env=reexecuted, flags=("-E",)))
+    assert again == {"app": True, "optimize": 0, "env": []}, again  # the old code exec'd once more
+    fresh = json.loads(run_main(tmp_path, ["--sim", RIG, "--interval", "1"], flags=("-E",)))
+    assert fresh == {"app": True, "optimize": 0, "env": []}, fresh
 
 
 @pytest.mark.parametrize(("change", "why"), [

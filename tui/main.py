@@ -160,11 +160,11 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    forget_reexec()
+    reexecuted = forget_reexec()
     args = build_parser().parse_args(argv)
     check_flags(args)
-    # the monitor drops its interpreter's docstrings (~2 MB) before Textual loads; one-shots never re-exec
-    reexec_without_docstrings(interactive=argv is None and not args.once)
+    # the monitor drops its interpreter's docstrings (~2 MB) before Textual loads, once; one-shots never re-exec
+    reexec_without_docstrings(interactive=argv is None and not args.once and not reexecuted)
     if args.replay:
         load_asyncio_without_ssl(args)
         from gpumix.tui.replay import run_replay

@@ -70,6 +70,11 @@ def own_cache_prefix(environ: Mapping[str, str]) -> str | None:
     None where it cannot be made, or bytecode is never written."""
     if sys.dont_write_bytecode or "PYTHONPYCACHEPREFIX" in environ:  # the user's own prefix was checked as is
         return None
+    try:  # `sudo -E` keeps the user's HOME: root would make a cache there the user cannot write
+        if os.stat(os.path.expanduser("~")).st_uid != os.geteuid():
+            return None
+    except OSError:
+        return None
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     prefix = os.path.join(base, "gpumix", "pycache")
     try:
@@ -98,7 +103,11 @@ def reexec_command(argv0: str, environ: Mapping[str, str], optimize: int, intera
 
 def reexec_without_docstrings(interactive: bool) -> None:
     """Re-execute gpumix-top at -OO when it pays (see the module's notes); returns when it does not.
-    An exec that fails leaves this process going on as before."""
+    An exec that fails leaves this process going on as before. Never where the interpreter ignores the
+    environment (`python -E`/`-I` in the script's line: PYTHONOPTIMIZE would not take, and the
+    re-executed process would re-execute again)."""
+    if sys.flags.ignore_environment:
+        return
     usable = interactive and optimized_files_usable()
     prefix = own_cache_prefix(os.environ) if interactive and not usable else None
     command = reexec_command(sys.argv[0], os.environ, sys.flags.optimize, interactive, usable, prefix)
@@ -113,10 +122,12 @@ def reexec_without_docstrings(interactive: bool) -> None:
         return
 
 
-def forget_reexec(environ: MutableMapping[str, str] | None = None) -> None:
-    """In the re-executed process: the settings it added are gpumix-top's own, not for what it starts."""
+def forget_reexec(environ: MutableMapping[str, str] | None = None) -> bool:
+    """In the re-executed process: the settings it added are gpumix-top's own, not for what it starts.
+    True when this process is the re-executed one (it must never re-execute again)."""
     environ = os.environ if environ is None else environ
     added = environ.pop(REEXEC_ENV, None)
     for name in (added or "").split(","):
         if name in (*REEXEC_SETTINGS, "PYTHONPYCACHEPREFIX"):
             environ.pop(name, None)
+    return added is not None
