@@ -52,3 +52,15 @@ def test_a_wait_set_by_a_middle_bucket_reads_the_all_reduce_it_came_from() -> No
         assert math.isclose(model.seconds(links, compute_s), wait_s(compute_s, 0.1027, shares, at),
                             rel_tol=1e-9), compute_s
 
+
+
+def test_a_huge_gradient_keeps_the_plan_bounded() -> None:
+    """Gradient sizes up to 1e15 B pass the request checks and come from agents' reports: one float per
+    25 MiB bucket was 38 M of them, seconds of the hub's executor per candidate (review). Past
+    MAX_BUCKETS x 25 MiB the gradient is read as MAX_BUCKETS equal buckets."""
+    from gpumix.model.step_model import MAX_BUCKETS, bucket_ends
+
+    ends = bucket_ends(1e15)
+    assert len(ends) == MAX_BUCKETS and ends[-1] == 1.0 and ends[0] == 1 / MAX_BUCKETS
+    assert len(bucket_ends(1e9)) == 39  # below the cap: 38 of 25 MiB, the last what is left
+    assert bucket_ends(float("nan")) == (1.0,)

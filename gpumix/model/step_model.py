@@ -17,6 +17,7 @@ never imports the simulated world (gpumix.sim), which has physics of its own.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -127,10 +128,17 @@ OVERLAP_PRIOR = ("overlap prior: 25 MB buckets reduced in order during a backwar
                  " each once produced; a wait read as the last bucket's, no longer than the link prior's all-reduce")
 
 
+MAX_BUCKETS = 256  # a 6.7 GB gradient; a larger one is read as this many equal buckets (the planner's
+# cost stays bounded: gradient sizes reach 1e15 B through the request checks and the agents' reports)
+
+
+@functools.lru_cache(maxsize=64)
 def bucket_ends(gradient_bytes: float) -> tuple[float, ...]:
     """The share of the gradient produced once each bucket is full (the last: 1.0)."""
-    if gradient_bytes <= BUCKET_BYTES_PRIOR:
+    if not gradient_bytes > BUCKET_BYTES_PRIOR:  # NaN too: one bucket
         return (1.0,)
+    if gradient_bytes > MAX_BUCKETS * BUCKET_BYTES_PRIOR:
+        return tuple(i / MAX_BUCKETS for i in range(1, MAX_BUCKETS + 1))
     full = math.ceil(gradient_bytes / BUCKET_BYTES_PRIOR) - 1
     return (*(i * BUCKET_BYTES_PRIOR / gradient_bytes for i in range(1, full + 1)), 1.0)
 
