@@ -99,7 +99,7 @@ class Agent:
         self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does
         self.plan = load_run_plan()
         self.sender = Sender(address, self._hello, max_messages=max_messages, collect=self._collect,
-                             pending=lambda: self._ring.pending)
+                             pending=lambda: self._ring.pending, wake=self._ring.half_full)
         # which steps copy their CUDA values: COPIES_PER_SEND a send period (0.5 s apart at the default 1 s)
         self.sampling = DeviceSampling(copy_interval_s(self.sender.period_s))
 

@@ -10,9 +10,10 @@ Nothing here can raise into, block, or grow inside the training loop.
 The period is 1 s by default (gpumix/wire/send_period.py: why, and its override). The sends are aligned
 across processes: at multiples of the period on CLOCK_MONOTONIC (system-wide on Linux), so that the
 ranks of a machine write together and cost the hub one or a few wake-ups a period, not one each. Steps
-faster than the ring can hold over a period go early: while it waits, the sender looks at the ring's count
-every LOOK_S (a count, no work, no write) and sends once half of it is full. close() still sends the
-last steps at once.
+faster than the ring can hold over a period go early: the ring sets the sender's wake-up Event when its
+unsent steps reach half of it (agent/step_ring.py, once per crossing), and the sender, waiting on that
+Event until its next send, sends then. It does not poll: each wake-up takes the GIL from the training
+thread. close() still sends the last steps at once.
 
 The steps of a write go as one columnar frame (gpumix/wire/step_columns.py: one decode and one check
 per column on the hub, not one message per step); the hello says the period (the supervisor's stop
@@ -42,7 +43,6 @@ BACKOFF_MAX_S = 5.0
 # Sends land this long before each multiple of the period: the hub's optional read rounds
 # (gpumix/hub/agent_stream.py ReadRounds) resume the sockets at the multiples, and read them then.
 ALIGN_LEAD_S = 0.01
-LOOK_S = 0.1  # while it waits for a send, the sender counts the ring's steps this often (a count, no work)
 BATCH_MESSAGES = 64  # messages per write
 # The ready steps are built, encoded and written in pieces, with a pause between two pieces: while this
 # thread holds the GIL, a training thread that released it (a torch call, the CUDA copy of a step)
@@ -118,7 +118,7 @@ def encode_batch(batch: list[dict[str, Any]], columns: bool) -> bytes:
 class Sender:
     def __init__(self, address: str, hello: Callable[[], dict[str, Any]], max_messages: int = QUEUE_MESSAGES,
                  collect: Collect | None = None, pending: Callable[[], int] | None = None,
-                 period_s: float | None = None) -> None:
+                 period_s: float | None = None, wake: threading.Event | None = None) -> None:
         self.address = address
         self._hello = hello
         self._collect_steps = collect or (lambda final, limit: [])
@@ -127,7 +127,8 @@ class Sender:
         # steps this many pending wake the sender before its period ends (the ring is max_messages long)
         self._early_steps = max(1, max_messages // 2)
         self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_messages)
-        self._wake = threading.Event()
+        # set by put(), close(), and the ring when its unsent steps reach _early_steps (wake)
+        self._wake = threading.Event() if wake is None else wake
         self._closing = threading.Event()
         self._deadline = float("inf")  # set by close()
         self.dropped = 0  # messages lost because the queue was full
@@ -239,15 +240,16 @@ class Sender:
             self._bye(sock)
 
     def _wait_for_send(self) -> None:
-        """Until the next aligned send, or close(); sooner once half the ring is full. The count is looked
-        at every LOOK_S: a sudden run of fast steps (after a compile, an eval, a checkpoint) is sent, not
-        overwritten, whatever the rate before it (a rate learned at the last send missed such runs)."""
+        """Until the next aligned send, or close(); sooner once half the ring is full: the ring sets the
+        wake-up Event as it crosses half, so a sudden run of fast steps (after a compile, an eval, a
+        checkpoint) is sent, not overwritten, whatever the rate before it. The count is looked at after
+        each wake-up (after the Event is cleared): a crossing while this thread was busy is not missed."""
         due_s = next_send_s(time.monotonic(), self.period_s)
         while not self._closing.is_set() and self._steps_pending() < self._early_steps:
             left_s = due_s - time.monotonic()
             if left_s <= 0:
                 return
-            self._wait(min(LOOK_S, left_s))
+            self._wait(left_s)
 
     def _wait(self, seconds: float) -> None:
         self._wake.wait(max(0.0, seconds))

@@ -1,7 +1,7 @@
 """Ended steps on their way from the training thread to the sender thread: a preallocated ring.
 
-One writer (the training thread: put, one slot store and one counter increment, never a lock
-or a wake-up) and one reader (the sender thread: oldest first). When the reader falls a whole
+One writer (the training thread: put, one slot store and one counter increment, never a lock; a
+wake-up only when the unsent steps reach half the ring, once per crossing) and one reader (the sender thread: oldest first). When the reader falls a whole
 ring behind (no hub, a frozen hub), the writer overwrites the oldest steps: they are counted as
 dropped by the reader, and memory stays bounded. Correct under the GIL: each store is atomic, and
 the reader checks after reading a slot that the writer had not yet come round to it.
@@ -9,6 +9,7 @@ the reader checks after reading a slot that the writer had not yet come round to
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 
@@ -19,11 +20,19 @@ class StepRing:
         self.written = 0  # steps put so far; written by the training thread only
         self.taken = 0  # steps taken (or dropped) so far; written by the reader only
         self._dropped = 0  # overwritten before the reader took them (counted when it came back)
+        # set when the unsent steps reach half the ring: the reader (the sender) waits on it between its
+        # periodic sends, so that a sudden run of fast steps goes before it is overwritten, without polling
+        self.half = max(1, self.size // 2)
+        self.half_full = threading.Event()
 
     def put(self, record: Any) -> None:
         """The training thread: O(1), no allocation, never blocks."""
-        self._slots[self.written % self.size] = record
-        self.written += 1
+        written = self.written
+        self._slots[written % self.size] = record
+        self.written = written = written + 1
+        # the unsent count grows by one a put: it equals half once per crossing, never once per step
+        if written - self.taken == self.half:
+            self.half_full.set()
 
     @property
     def dropped(self) -> int:
