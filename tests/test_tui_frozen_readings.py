@@ -6,6 +6,7 @@ snapshots' stamps and the watch's arrival times."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -33,12 +34,12 @@ async def test_the_same_readings_again_and_again_are_said(demo_hub: Hub) -> None
         app._received(at(snapshot, MINUTE_S + 1))
         app._received(at(snapshot, MINUTE_S + 2))  # the hub reads once a second
         app.interval_s = 1.0
-        age(app, 3)
+        age(app, 4)  # past three of the hub's 1 s readings
         app._received(at(snapshot, MINUTE_S + 2))  # then the same readings, answered just now
         app._check_stale()
         await pilot.pause()
         assert app.stale and app.has_class("-stale")
-        assert title.text.startswith("hub answers, no new readings (3 s)"), title.text
+        assert re.match(r"hub answers, no new readings \([4-9] s\)", title.text), title.text  # 4 s and the test's own time
         assert any("no new readings" in str(n.message) for n in app._notifications)
         app._received(at(snapshot, MINUTE_S + 4))  # new readings
         await pilot.pause()
@@ -53,12 +54,12 @@ async def test_a_hub_ticking_slower_than_the_poll_is_not_frozen(demo_hub: Hub) -
         app.interval_s = 1.0
         app._received(at(snapshot, MINUTE_S + 0))
         app._received(at(snapshot, MINUTE_S + 5))  # `gpumix hub --interval 5`
-        age(app, 4)  # 4 s of the same readings: within two of the hub's own ticks
+        age(app, 12)  # 12 s of the same readings: within three of the hub's own ticks
         app._received(at(snapshot, MINUTE_S + 5))
         app._check_stale()
         await pilot.pause()
         assert not app.stale
-        assert app.stale_after_s == 10
+        assert app.stale_after_s == 15
 
 
 async def test_a_paused_replay_repeats_its_readings_on_purpose(demo_hub: Hub) -> None:

@@ -15,6 +15,8 @@ from gpumix.tui.panels import frozen_line, stale_line, title_line
 
 STALE_AFTER_INTERVALS = 2  # polls without a snapshot before the hub counts as lost
 MIN_STALE_S = 1.0  # but never sooner: a busy box may take a moment to answer
+FROZEN_AFTER_READINGS = 3  # the hub's reading intervals without a new reading: a tick late by a second on a
+# loaded box, or an NVML hiccup, is not a frozen hub
 MAX_SPACING_S = 60.0  # a hub's readings further apart than this still count as lost after 2 minutes
 STALE_CHECK_S = 0.5  # while stale: the title's count of seconds moves on
 MIN_CHECK_S = 0.05  # never re-armed sooner (a check due now)
@@ -37,7 +39,7 @@ class StaleWatch:
 
     @property
     def stale_after_s(self) -> float:
-        return max(STALE_AFTER_INTERVALS * max(self.interval_s, self._stamp_spacing_s), MIN_STALE_S)
+        return max(STALE_AFTER_INTERVALS * self.interval_s, FROZEN_AFTER_READINGS * self._stamp_spacing_s, MIN_STALE_S)
 
     def _snapshot_came(self, snapshot: dict[str, Any]) -> None:
         """A snapshot came: fresh only if its readings are new (its stamp moved), once the hub's spacing
