@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 # gpumix-top on the one-GPU simulated rig, its input thread's waits counted: reset once the
@@ -21,6 +23,8 @@ REPO = Path(__file__).resolve().parent.parent
 COUNTING_TOP = """
 import selectors, sys, threading, time
 from pathlib import Path
+
+import pytest
 out = Path(sys.argv[1])
 waits = {"n": 0}
 original = selectors.SelectSelector.select
@@ -43,6 +47,8 @@ sys.exit(main(["--interval", "1", "--sim", sys.argv[2]]))
 KEYS_APP = """
 import sys
 from pathlib import Path
+
+import pytest
 from textual.app import App
 from gpumix.tui.input_driver import QuietInputDriver
 out = Path(sys.argv[1])
@@ -129,3 +135,23 @@ def test_keys_and_a_lone_escape_arrive(tmp_path: Path) -> None:
     finally:
         terminal.kill()
     assert out.read_text().split("\n") == ["ready", "a", "escape", "up", "q", ""]
+
+
+async def test_without_a_spare_file_descriptor_the_input_thread_is_textuals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.pipe() failing (EMFILE) must not end the app: the thread runs Textual's own loop instead."""
+    from textual.app import App
+    from textual.drivers.linux_driver import LinuxDriver
+
+    from gpumix.tui import input_driver
+
+    driver = input_driver.QuietInputDriver(App())
+    ran: list[str] = []
+    monkeypatch.setattr(LinuxDriver, "run_input_thread", lambda self: ran.append("textual"))
+
+    def no_pipe() -> tuple[int, int]:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(input_driver.os, "pipe", no_pipe)
+    driver.run_input_thread()
+    assert ran == ["textual"] and driver._wake_write_fd is None
+    driver.exit_event.set()  # waking a thread that has no pipe writes nothing, raises nothing

@@ -38,19 +38,26 @@ class QuietInputDriver(LinuxDriver):
         super().__init__(*args, **kwargs)
         self.exit_event = _WakingEvent(self._wake_input)
         self._wake_write_fd: int | None = None
+        self._wake_lock = threading.Lock()  # the fd is never written after the thread closed it (a reused number)
         self.input_wakeups = 0  # how often the input thread's wait returned (tests count them)
 
     def _wake_input(self) -> None:
-        fd = self._wake_write_fd
-        if fd is not None:
-            try:
-                os.write(fd, b"\0")
-            except OSError:  # closed: the thread has ended
-                pass
+        with self._wake_lock:
+            if self._wake_write_fd is not None:
+                try:
+                    os.write(self._wake_write_fd, b"\0")
+                except OSError:  # the pipe is full: the thread wakes anyway
+                    pass
 
     def run_input_thread(self) -> None:
         """LinuxDriver.run_input_thread, waiting with no timeout unless the parser has one."""
-        wake_read_fd, self._wake_write_fd = os.pipe()
+        try:
+            wake_read_fd, write_fd = os.pipe()
+        except OSError:  # no file descriptor to spare: Textual's own loop, waking ten times a second
+            super().run_input_thread()
+            return
+        with self._wake_lock:
+            self._wake_write_fd = write_fd
         selector = selectors.SelectSelector()
         selector.register(self.fileno, selectors.EVENT_READ)
         selector.register(wake_read_fd, selectors.EVENT_READ)
@@ -74,11 +81,11 @@ class QuietInputDriver(LinuxDriver):
                 for event in parser.tick():
                     self.process_message(event)
         finally:
-            write_fd, self._wake_write_fd = self._wake_write_fd, None
+            with self._wake_lock:
+                self._wake_write_fd = None
+                os.close(write_fd)
             selector.close()
-            for fd in (wake_read_fd, write_fd):
-                if fd is not None:
-                    os.close(fd)
+            os.close(wake_read_fd)
             try:
                 for _ in parser.feed(""):
                     pass
