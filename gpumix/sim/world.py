@@ -168,7 +168,9 @@ def backward_share_done(gradient_share: float) -> float:
 def exposed_comm_seconds(slowest_compute_s: float, allreduce_s: float, gradient_bytes: float = GRADIENT_BYTES) -> float:
     """The all-reduce's time not hidden behind the backward. Each DDP bucket becomes ready once the
     slowest rank's backward has produced its last byte; the links reduce one bucket at a time, in
-    order. The buckets are ResNet-50's, as shares of the gradient (the reduction time is per byte)."""
+    order. The buckets are ResNet-50's, as shares of the gradient (the reduction time is per byte),
+    whatever gradient_bytes is: a world of one network's layout, which the demo's larger gradient keeps
+    (gradient_bytes only says whether there is a gradient at all)."""
     if allreduce_s <= 0 or gradient_bytes <= 0:
         return 0.0
     forward_s = slowest_compute_s * (1 - BACKWARD_SHARE)
