@@ -76,11 +76,17 @@ def _closed_by_hub(sock: socket.socket) -> bool:
 
 
 def _hub_said(sock: socket.socket) -> bytes:
-    """What the hub wrote before closing (its reason), as far as it can be read now; b"" if nothing."""
+    """What the hub wrote before closing (its reason), as far as it can be read now; b"" if nothing.
+    A short timeout, not MSG_DONTWAIT: a TLS socket refuses any flag (ValueError), and the steps of
+    every write to an older tls:// hub would be lost for ever. The socket is readable and closed after."""
     try:
-        return sock.recv(4096, socket.MSG_DONTWAIT)
+        sock.settimeout(READ_REASON_S)
+        return sock.recv(4096)
     except (OSError, ValueError):
         return b""
+
+
+READ_REASON_S = 0.2  # for the closing hub's reason, already sent when the socket turned readable
 
 
 def steps_frames(steps: list[dict[str, Any]]) -> bytes:

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,28 @@ def test_a_handshake_that_never_comes_is_closed(tls_hub) -> None:
         assert wait_until(lambda: "TLS handshake failed" in server.closed_reasons[-1])
     finally:
         sock.close()
+
+
+def test_an_agent_falls_back_to_step_messages_against_an_older_tls_hub(tls_hub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tls:// hub from before the columnar frame refuses it and closes with its reason. Over TLS the
+    reason must be read too (recv with a flag raises ValueError on a TLS socket): else the agent kept
+    sending frames, and every write's steps were refused, for ever (review)."""
+    from gpumix.agent import Agent
+    from gpumix.wire import protocol
+
+    hub, _, address, cert = tls_hub
+    monkeypatch.setenv(auth.TLS_CA_ENV, str(cert))
+    monkeypatch.setenv("GPUMIX_TOKEN", TOKEN)
+    monkeypatch.setattr(protocol, "AGENT_TYPES", protocol.AGENT_TYPES - {"steps"})
+    agent = Agent(address=address, job="old-tls-hub")
+    try:
+        for _ in range(10):  # their frame is refused: these steps are lost, the agent learns
+            with agent.step(samples=4):
+                time.sleep(0.01)
+        assert wait_until(lambda: not agent.sender.columns, 10), "the agent never read the hub's reason"
+        for _ in range(10):
+            with agent.step(samples=4):
+                time.sleep(0.01)
+    finally:
+        agent.close()
+    assert wait_until(lambda: any(r["job"] == "old-tls-hub" and r["step"] == 19 for r in hub.snapshot()["ranks"]), 10)
