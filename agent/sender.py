@@ -77,8 +77,14 @@ def _closed_by_hub(sock: socket.socket) -> bool:
 
 def _hub_said(sock: socket.socket) -> bytes:
     """What the hub wrote before closing (its reason), as far as it can be read now; b"" if nothing.
-    A short timeout, not MSG_DONTWAIT: a TLS socket refuses any flag (ValueError), and the steps of
-    every write to an older tls:// hub would be lost for ever. The socket is readable and closed after."""
+    A TLS socket refuses MSG_DONTWAIT (ValueError): it is read with a short timeout instead, else the
+    steps of every write to an older tls:// hub were lost for ever. The socket is closed after."""
+    try:
+        return sock.recv(4096, socket.MSG_DONTWAIT)
+    except OSError:
+        return b""
+    except ValueError:
+        pass
     try:
         sock.settimeout(READ_REASON_S)
         return sock.recv(4096)
