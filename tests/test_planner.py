@@ -295,6 +295,16 @@ def test_granularity_gives_whole_multiples(ranks, units_per_rank, granularity, d
     assert all(n % granularity in (0, rest) for n in counts)
 
 
+def test_granularity_holds_when_a_fast_rank_must_give_up_units() -> None:
+    # Five ranks at 10 samples/s and one at 201 share 48 samples in units of 8. Proportional counts are
+    # [1, 1, 2, 2, 2, 40]: whole units make 48 only if the fast rank gives up 4 of its 5 units, further
+    # than a near window around each count reaches (the old search kept the non-multiples).
+    measures = [RankMeasure(rank=i, samples_per_s=speed, current_samples=0, link_bytes_per_s=HUGE_LINK)
+                for i, speed in enumerate([10.0] * 5 + [201.0])]
+    result = plan(measures, PlanRequest(global_batch=48, gradient_bytes=1e6, granularity=8))
+    assert [r.samples for r in result.ranks] == [8] * 6
+
+
 def test_measured_communication_replaces_the_link_model() -> None:
     # The current split measured 0.40 s a step, its slowest rank computing 0.3556 s: 0.044 s waits,
     # over links whose prior all-reduce (0.225 s) is no shorter than the one the wait says.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpumix.model.compute_curve import ComputeCurve
+from gpumix.model.compute_curve import ComputeCurve, TiledCurve
 from gpumix.model.step_model import CommModel, compute_estimate
 from gpumix.plan.split_types import PlanRequest, Prediction, RankMeasure
 
@@ -72,8 +72,14 @@ def balanced_shares(total: int, curves: Sequence[ComputeCurve], lower: Sequence[
 
 
 def ideal(global_batch: int, measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
-    """The bound: a continuous split where every rank finishes together, no memory or integer limits."""
-    curves = [m.compute_curve() for m in measures]
+    """The bound: a continuous split where every rank finishes together, no memory or integer limits.
+    Over learned stairs it reads the curve under them (work not padded to whole tiles), which no
+    whole count beats: a count's padded work is never less than the count."""
+    curves = [_without_stairs(m.compute_curve()) for m in measures]
     _, time_s = balanced_shares(global_batch, curves, [0.0] * len(curves), [float(global_batch)] * len(curves))
     waits = comm.seconds([m.link_bytes_per_s for m in measures], time_s)
     return Prediction(compute_s=time_s, allreduce_s=waits, samples=global_batch)
+
+
+def _without_stairs(curve: ComputeCurve) -> ComputeCurve:
+    return curve.base if isinstance(curve, TiledCurve) and curve.base is not None else curve

@@ -26,6 +26,9 @@ from gpumix.plan.split_types import (
     RankMeasure,
 )
 
+# Half-widths, in whole units, of the windows tried in turn around each rank's rounded count.
+SNAP_WINDOWS_UNITS = (3, 16, 64)
+
 
 def _round(total: int, shares: Sequence[float], upper: Sequence[int]) -> list[int]:
     """Largest-remainder rounding: floors, then +1 to the largest fractions, sum exact."""
@@ -141,11 +144,17 @@ def _snap_to_granularity(
     then B's remainder goes to the rank it slows least. False (counts unchanged) when none fits."""
     total = sum(counts)
     rest = total % granularity
-    choices = []
-    for n, high in zip(counts, upper, strict=True):
-        units = range(max(1, n // granularity - 3), n // granularity + 4)
-        choices.append([u * granularity for u in units if u * granularity <= high])
-    best = _min_max_exact(total - rest, choices, curves, deadline)
+    best = None
+    # A near window first (cheap); wider ones when whole units cannot reach the total there, as when
+    # one fast rank must give up several units for many slow ranks' first whole unit each.
+    for width_units in SNAP_WINDOWS_UNITS:
+        choices = []
+        for n, high in zip(counts, upper, strict=True):
+            units = range(max(1, n // granularity - width_units), n // granularity + width_units + 1)
+            choices.append([u * granularity for u in units if u * granularity <= high])
+        best = _min_max_exact(total - rest, choices, curves, deadline)
+        if best is not None:
+            break
     if best is None:
         return False
     if rest:
