@@ -29,6 +29,7 @@ from gpumix.cli.hardware import simulated_hardware  # noqa: E402
 from gpumix.hub import Hub  # noqa: E402
 from gpumix.hub.history import HISTORY_FIELDS  # noqa: E402
 from gpumix.hw.host import HostSample, HostSampler  # noqa: E402
+from gpumix.sim.machine import GIB, GpuActivity  # noqa: E402
 from gpumix.sim.rig import load_builtin_rig, load_rig  # noqa: E402
 
 
@@ -55,7 +56,18 @@ class CyclingHost(HostSampler):
                           swap_total_bytes=8 * 1024**3, load_avg=[6.5, 6.1, 5.9])
 
 
-async def count(rig: str, cols: int, rows: int, snapshots: int, warm: int, prof: Path | None = None) -> dict[str, Any]:
+def busy_activity(number: int, gpu: int) -> GpuActivity:
+    """A GPU whose util, power, memory and PCIe rates move every snapshot (the H200 'busy' case: H2D
+    copies and matmuls), the same way every run."""
+    step = (number + 3 * gpu) % 11
+    util_pct = 60.0 + 3.0 * step
+    rate_bytes_per_s = (2.0 + 0.7 * step) * 1e9
+    return GpuActivity(busy_fraction=util_pct / 100, util_pct=util_pct, mem_used_bytes=int((10.0 + 0.37 * step) * GIB),
+                       pcie_rx_bytes_per_s=rate_bytes_per_s, pcie_tx_bytes_per_s=rate_bytes_per_s / 3, pids=[4242])
+
+
+async def count(rig: str, cols: int, rows: int, snapshots: int, warm: int, prof: Path | None = None,
+                busy: bool = False) -> dict[str, Any]:
     from gpumix.tui.app import GpumixApp
 
     clock = Clock()
@@ -63,6 +75,9 @@ async def count(rig: str, cols: int, rows: int, snapshots: int, warm: int, prof:
     hardware = simulated_hardware(spec, clock=clock, wall_clock=lambda: 1_764_500_000.0 + clock())
     hub = Hub(hardware, interval_s=1.0, host_sampler=CyclingHost(), clock=clock,
               wall_clock=lambda: 1_764_500_000.0 + clock(), hostname="rig01")
+    machine = hardware.machine
+    if busy:
+        machine.synthetic_job = False  # the activity is set below, a new one each snapshot
     hub.tick()
     app = GpumixApp(hub, interval_s=3600)  # its own polls out of the way: the snapshots come from here
     profile = cProfile.Profile()
@@ -71,6 +86,9 @@ async def count(rig: str, cols: int, rows: int, snapshots: int, warm: int, prof:
             await pilot.pause()
         for number in range(warm + snapshots):
             clock.now_s += 1.0
+            if busy:
+                for gpu in range(len(machine.gpus)):
+                    machine.set_activity(gpu, busy_activity(number, gpu))
             snapshot = hub.tick()  # the hub's work is not counted
             series = {(0, name): hub.series(0, name) for name in HISTORY_FIELDS}
             if number >= warm:
@@ -86,7 +104,7 @@ async def count(rig: str, cols: int, rows: int, snapshots: int, warm: int, prof:
         if not is_wait(function):
             owners[owner(filename, function)] = owners.get(owner(filename, function), 0) + ncalls
     total = sum(owners.values())
-    return {"rig": rig, "terminal": f"{cols}x{rows}", "snapshots": snapshots, "warm_snapshots": warm,
+    return {"rig": rig, "terminal": f"{cols}x{rows}", "busy": busy, "snapshots": snapshots, "warm_snapshots": warm,
             "calls_per_snapshot": round(total / snapshots, 1),
             "by_owner_per_snapshot": {k: round(v / snapshots, 1) for k, v in sorted(owners.items(), key=lambda kv: -kv[1])}}
 
@@ -98,10 +116,12 @@ def main() -> int:
     parser.add_argument("--snapshots", type=int, default=40)
     parser.add_argument("--warm", type=int, default=6, help="snapshots rendered before counting")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--busy", action="store_true",
+                        help="every GPU's util, power, memory and PCIe rates move every snapshot")
     parser.add_argument("--prof", type=Path, help="the pstats of the counted snapshots")
     args = parser.parse_args()
     cols, rows = (int(part) for part in args.size.split("x"))
-    result = asyncio.run(count(args.rig, cols, rows, args.snapshots, args.warm, args.prof))
+    result = asyncio.run(count(args.rig, cols, rows, args.snapshots, args.warm, args.prof, args.busy))
     import gpumix
 
     result["gpumix"] = str(Path(gpumix.__file__).parent)

@@ -11,12 +11,13 @@ outside.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
-from textual.coordinate import Coordinate
+from textual.geometry import Region
 from textual.widgets import DataTable
 
 from gpumix.tui import partial_render, terminal_writes
@@ -170,11 +171,25 @@ class KeyedTable(DataTable):
         # one refresh for them all: each refresh_coordinate cleared the widget's style caches and
         # prompted the message pump again (a tenth of the 10-GPU dashboard's work, issue 13)
         window, scroll = self.window_region, self.scroll_offset
-        regions = [self._get_cell_region(Coordinate(self.get_row_index(key), self.get_column_index(column)))
-                   for key, column in repaint]
-        visible = [region.translate(-scroll) for region in regions if region and window.overlaps(region)]
+        visible = [region.translate(-scroll) for region in self._cell_regions(repaint)
+                   if region and window.overlaps(region)]
         if visible:
             self.refresh(*visible)
+
+    def _cell_regions(self, cells: list[tuple[str, str]]) -> list[Region]:
+        """DataTable._get_cell_region of each (row key, column key), the columns' and rows' offsets
+        summed once: it summed the widths of every column and the heights of every row before the
+        cell, for each cell (most of a busy GPU's table sync, issue 13)."""
+        columns = self.ordered_columns
+        widths = [column.get_render_width(self) for column in columns]
+        lefts = list(accumulate(widths, initial=self._row_label_column_width))
+        rows = self.ordered_rows
+        tops = list(accumulate((row.height for row in rows), initial=self.header_height if self.show_header else 0))
+        regions = []
+        for key, column in cells:
+            row_index, column_index = self.get_row_index(key), self.get_column_index(column)
+            regions.append(Region(lefts[column_index], tops[row_index], widths[column_index], rows[row_index].height))
+        return regions
 
     @staticmethod
     def _discard(cache: Any, stale: list[Any]) -> None:
