@@ -45,6 +45,9 @@ def _short(text: Any) -> str:
 
 
 def _num(value: Any) -> float | None:
+    kind = type(value)
+    if kind is float:  # the usual figure: one check (a NaN or inf is no figure)
+        return value if value - value == 0.0 else None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
@@ -79,10 +82,13 @@ def _torchrun_line(count: int, command: Any) -> str:
     return f"torchrun --standalone --nproc_per_node={count} {_short(script)}"
 
 
-def data_parallel(snapshot: dict[str, Any]) -> list[Finding]:
+def data_parallel(snapshot: dict[str, Any], live: list[dict[str, Any]] | None = None) -> list[Finding]:
+    """`live`: _live_ranks(snapshot), where the caller has it."""
     found = []
-    ddp_pids = {r.get("pid") for r in _live_ranks(snapshot) if (r.get("world_size") or 1) > 1}
-    for pid, rows in sorted(_multi_gpu_processes(snapshot).items()):
+    live = _live_ranks(snapshot) if live is None else live
+    multi = _multi_gpu_processes(snapshot)
+    ddp_pids = {r.get("pid") for r in live if (r.get("world_size") or 1) > 1} if multi else set()
+    for pid, rows in sorted(multi.items()):
         if pid in ddp_pids:  # a DDP rank also touching another GPU: not DataParallel
             continue
         process = rows[0][1]
@@ -96,9 +102,12 @@ def data_parallel(snapshot: dict[str, Any]) -> list[Finding]:
             " outputs through the first GPU. Use DDP, one process per GPU: wrap the model in"
             " DistributedDataParallel(model, device_ids=[local_rank]) and launch with"
             f" `{_torchrun_line(len(rows), process.get('command'))}`.", gpus))
-    for rank in _live_ranks(snapshot):
-        devices = _num(rank.get("dp_devices"))
-        if devices is None or devices < 2 or rank.get("pid") in {p for p in _multi_gpu_processes(snapshot)}:
+    for rank in live:
+        devices = rank.get("dp_devices")
+        if devices is None:  # the usual rank: no DataParallel seen
+            continue
+        devices = _num(devices)
+        if devices is None or devices < 2 or rank.get("pid") in multi:
             continue
         found.append(Finding(
             "data-parallel", "warning", f"One process trains on {devices:.0f} GPUs (DataParallel)",
@@ -133,24 +142,26 @@ def _unexplained(members: list[tuple[str, float, float]]) -> list[tuple[str, flo
     return flagged
 
 
-def uneven_memory(snapshot: dict[str, Any]) -> list[Finding]:
+def uneven_memory(snapshot: dict[str, Any], live: list[dict[str, Any]] | None = None,
+                  by_uuid: dict[str, dict[str, Any]] | None = None) -> list[Finding]:
+    """`live`, `by_uuid`: _live_ranks(snapshot) and _gpu_by_uuid(snapshot), where the caller has them."""
     found = []
-    by_uuid = _gpu_by_uuid(snapshot)
-    for (job, run_id), ranks in sorted(job_groups(_live_ranks(snapshot)).items(), key=lambda kv: str(kv[0])):
-        members = []
+    by_uuid = _gpu_by_uuid(snapshot) if by_uuid is None else by_uuid
+    live = _live_ranks(snapshot) if live is None else live
+    for (job, run_id), ranks in sorted(job_groups(live).items(), key=lambda kv: str(kv[0])) if len(live) > 1 else ():
+        measured = []  # (rank, gpu, memory, samples): labels are made only for a finding (issue 13)
         for rank in ranks:
             gpu = by_uuid.get(rank.get("gpu_uuid"))
             mem = _num(gpu.get("mem_used_bytes")) if gpu else None
             mem = mem if mem is not None else _num(rank.get("mem_peak_bytes"))
-            samples = _num(rank.get("samples")) or _num(rank.get("micro_batch")) or 1.0
             if mem is not None and mem > 0:
-                label = f"rank {rank['rank']}" + (f" (GPU {gpu['index']})" if gpu else "")
-                members.append((label, mem, samples, gpu["index"] if gpu else None))
-        if len(members) < 2:
+                samples = _num(rank.get("samples")) or _num(rank.get("micro_batch")) or 1.0
+                measured.append((rank, gpu, mem, samples))
+        if len(measured) < 2 or not _unexplained([(str(i), m, n) for i, (_, _, m, n) in enumerate(measured)]):
             continue
+        members = [(f"rank {rank['rank']}" + (f" (GPU {gpu['index']})" if gpu else ""), mem, samples,
+                    gpu["index"] if gpu else None) for rank, gpu, mem, samples in measured]
         flagged = _unexplained([(m[0], m[1], m[2]) for m in members])
-        if not flagged:
-            continue
         figures = ", ".join(f"{label} {_gib(mem)} at {samples:g} samples" for label, mem, samples, _ in members)
         found.append(Finding(
             "uneven-memory", "warning", f"Memory lands unevenly across job {job or run_id or '(unnamed)'}'s GPUs",
@@ -188,12 +199,17 @@ def _micro_batch_allowed(rank: dict[str, Any], gpu: dict[str, Any] | None) -> in
     return max(int(micro), math.floor(total * (1.0 - MEMORY_MARGIN) * micro / peak))
 
 
-def launch_bound(snapshot: dict[str, Any]) -> list[Finding]:
+def launch_bound(snapshot: dict[str, Any], live: list[dict[str, Any]] | None = None,
+                 by_uuid: dict[str, dict[str, Any]] | None = None) -> list[Finding]:
+    """`live`, `by_uuid`: _live_ranks(snapshot) and _gpu_by_uuid(snapshot), where the caller has them."""
     found = []
-    by_uuid = _gpu_by_uuid(snapshot)
-    for rank in _live_ranks(snapshot):
+    by_uuid = _gpu_by_uuid(snapshot) if by_uuid is None else by_uuid
+    for rank in _live_ranks(snapshot) if live is None else live:
+        cpu = _num(rank.get("cpu_pct"))
+        if cpu is None or not cpu >= LAUNCH_CPU_PCT:  # the usual rank, decided on one figure (issue 13)
+            continue
         gpu = by_uuid.get(rank.get("gpu_uuid"))
-        step_s, cpu = _num(rank.get("step_time_s")), _num(rank.get("cpu_pct"))
+        step_s = _num(rank.get("step_time_s"))
         util = _num(gpu.get("util_gpu_pct")) if gpu else None
         waits = (_num(rank.get("comm_share")) or 0.0) + (_num(rank.get("data_wait_share")) or 0.0)
         if None in (step_s, cpu, util) or not (step_s < LAUNCH_STEP_S and util < LAUNCH_UTIL_PCT
@@ -217,15 +233,20 @@ def launch_bound(snapshot: dict[str, Any]) -> list[Finding]:
 # -- mixed precision -------------------------------------------------------------------------------------
 
 
-def mixed_precision(snapshot: dict[str, Any]) -> list[Finding]:
+def mixed_precision(snapshot: dict[str, Any], live: list[dict[str, Any]] | None = None,
+                    by_uuid: dict[str, dict[str, Any]] | None = None) -> list[Finding]:
+    """`live`, `by_uuid`: _live_ranks(snapshot) and _gpu_by_uuid(snapshot), where the caller has them."""
     found = []
-    by_uuid = _gpu_by_uuid(snapshot)
+    by_uuid = _gpu_by_uuid(snapshot) if by_uuid is None else by_uuid
     fp32: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    for rank in _live_ranks(snapshot):
+    for rank in _live_ranks(snapshot) if live is None else live:
+        autocast, scale, skipped = rank.get("amp_autocast"), rank.get("loss_scale"), rank.get("amp_skipped_share")
+        if autocast is None and scale is None and skipped is None:  # no AMP figure: nothing to say (issue 13)
+            continue
         gpu = by_uuid.get(rank.get("gpu_uuid"))
-        if rank.get("amp_autocast") == 0 and gpu and TENSOR_CORES.search(str(gpu.get("name") or "")):
+        if autocast == 0 and gpu and TENSOR_CORES.search(str(gpu.get("name") or "")):
             fp32.append((rank, gpu))
-        scale, skipped = _num(rank.get("loss_scale")), _num(rank.get("amp_skipped_share"))
+        scale, skipped = _num(scale), _num(skipped)
         window = _num(rank.get("amp_window_steps")) or 0.0
         collapsed = scale is not None and scale <= SCALE_COLLAPSED
         skipping = skipped is not None and window >= SKIPPED_MIN_STEPS and skipped >= SKIPPED_SHARE_BAD
@@ -285,6 +306,9 @@ def power_wiring(snapshot: dict[str, Any], layout: PowerLayout | None = None) ->
 
 
 def field_findings(snapshot: dict[str, Any], layout: PowerLayout | None = None) -> list[Finding]:
-    return [*data_parallel(snapshot), *uneven_memory(snapshot), *launch_bound(snapshot),
-            *mixed_precision(snapshot), *power_wiring(snapshot, layout)]
+    # the live ranks and the GPUs by UUID made once for all, not once per lesson (issue 13)
+    live, by_uuid = _live_ranks(snapshot), _gpu_by_uuid(snapshot)
+    return [*data_parallel(snapshot, live), *uneven_memory(snapshot, live, by_uuid),
+            *launch_bound(snapshot, live, by_uuid), *mixed_precision(snapshot, live, by_uuid),
+            *power_wiring(snapshot, layout)]
 
