@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import operator
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from gpumix.wire.jobs import job_label, ranks_by_job
@@ -184,10 +186,6 @@ def parse_transport(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"src": src, "dst": dst, "transport": transport} for src, dst, transport in kept]
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 def skipped_share(steps: list[dict[str, Any]]) -> tuple[float | None, int]:
     """(share of the steps in this window the GradScaler skipped, the steps the window spans):
     the skipped-step counter's rise over the steps' indices. None without two counts."""
@@ -201,22 +199,45 @@ def skipped_share(steps: list[dict[str, Any]]) -> tuple[float | None, int]:
     return min(1.0, max(0.0, (last["amp_skipped_steps"] - first["amp_skipped_steps"]) / span)), span
 
 
+# the step fields a rank row takes the median of, read from each recent step in one call (issue 13)
+_MEDIAN_FIELDS = ("step_time_s", "samples", "comm_s", "data_wait_s", "tokens", "forward_s", "backward_s", "optimizer_s")
+_median_columns = operator.itemgetter(*_MEDIAN_FIELDS)
+_last_step_fields = operator.itemgetter(*RANK_LAST_STEP_FIELDS)
+
+
+def _median_present(column: tuple[Any, ...]) -> float | None:
+    """statistics.median of the values that are not None (None when none is): one sort, no filter
+    where every value is present, the usual column."""
+    if None in column:
+        column = tuple(value for value in column if value is not None)
+    if not column:
+        return None
+    ordered = sorted(column)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def rank_summary(stream: RankStream) -> dict[str, Any]:
     """Per-rank figures over the last few steps (medians: robust to one slow step)."""
-    steps = list(stream.steps)  # one copy of the deque for the window and the AMP share
-    recent = steps[-MEDIAN_WINDOW:]
-    step_times = [s["step_time_s"] for s in recent if s["step_time_s"]]
-    step_time = _median(step_times)
-    samples = _median([s["samples"] for s in recent if s["samples"] is not None])
-    comm = _median([s["comm_s"] for s in recent if s["comm_s"] is not None])
-    data_wait = _median([s["data_wait_s"] for s in recent if s["data_wait_s"] is not None])
+    # the window without copying the whole deque (only the AMP share reads it all)
+    recent = list(islice(reversed(stream.steps), MEDIAN_WINDOW))[::-1]
+    # one tuple per field over the window; KeyError: a step without every field (not one the hub parsed)
+    try:
+        columns = list(zip(*map(_median_columns, recent), strict=True)) or [()] * len(_MEDIAN_FIELDS)
+    except KeyError:
+        columns = [tuple(s.get(name) for s in recent) for name in _MEDIAN_FIELDS]
+    step_time = _median_present(tuple(value for value in columns[0] if value))  # a 0 step time tells nothing
+    samples, comm, data_wait, tokens, forward, backward, optimizer = map(_median_present, columns[1:])
     last = recent[-1] if recent else {}
     compute = None
     if step_time is not None:
         compute = max(0.0, step_time - (comm or 0.0) - (data_wait or 0.0))
-    tokens = _median([s["tokens"] for s in recent if s["tokens"] is not None])
+    try:
+        last_fields = dict(zip(RANK_LAST_STEP_FIELDS, _last_step_fields(last), strict=True))
+    except KeyError:
+        last_fields = {name: last.get(name) for name in RANK_LAST_STEP_FIELDS}
     # (the window's scan for counts, most of a row's cost, only where a count ever came: issue 13)
-    amp_skipped_share, amp_window_steps = skipped_share(steps) if stream.amp_counted else (None, 0)
+    amp_skipped_share, amp_window_steps = skipped_share(list(stream.steps)) if stream.amp_counted else (None, 0)
     return {
         "rank": stream.rank,
         "world_size": stream.world_size,
@@ -230,7 +251,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "last_seen_s": stream.last_seen_s,
         "send_period_s": stream.send_period_s,
         # the last step's own figures, every field the step contract shares with the rank row
-        **{name: last.get(name) for name in RANK_LAST_STEP_FIELDS},
+        **last_fields,
         "step_time_s": step_time,
         "compute_s": compute,
         "samples_per_s": samples / step_time if samples is not None and step_time else None,
@@ -239,9 +260,9 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         "comm_share": min(1.0, comm / step_time) if comm is not None and step_time else None,
         "data_wait_share": min(1.0, data_wait / step_time) if data_wait is not None and step_time else None,
         # the framework's split of the step, where it gives one (DDP's own timers, or the script)
-        "forward_s": _median([s["forward_s"] for s in recent if s["forward_s"] is not None]),
-        "backward_s": _median([s["backward_s"] for s in recent if s["backward_s"] is not None]),
-        "optimizer_s": _median([s["optimizer_s"] for s in recent if s["optimizer_s"] is not None]),
+        "forward_s": forward,
+        "backward_s": backward,
+        "optimizer_s": optimizer,
         "loss": stream.losses[-1] if stream.losses else None,  # the newest received, not only the last step's
         "loss_history": list(stream.losses),
         "samples": samples,
