@@ -142,3 +142,26 @@ def test_the_lessons_number_check_is_the_old_one(value: Any) -> None:
     got, expected = _num(value), _old_num(value)
     assert got == expected or (got is None and expected is None)
     assert type(got) is type(expected)
+
+
+def test_the_ticks_learned_points_are_the_full_view_less_the_caps_in_force() -> None:
+    """The hub's snapshot carries, per GPU, the learned figures at caps other than its cap now; the view
+    now leaves the others out before their medians: the same rows as filtering the whole view."""
+    from gpumix.hub.cap_samples import CapSamples
+    from gpumix.power.budget import same_cap
+
+    rng = random.Random(5)
+    samples = CapSamples()
+    for step in range(400):
+        uuid = rng.choice(["GPU-a", "GPU-b", "GPU-c"])
+        cap_w = rng.choice([200.0, 200.4, 250.0, 300.0, 320.0])
+        samples.add(uuid, cap_w, rng.choice([16, 32]), rng.uniform(0.1, 0.2), rng.uniform(0.2, 0.3), float(step))
+    for caps_w in ({"GPU-a": 200.0, "GPU-b": 300.0, "GPU-c": None}, {"GPU-a": 250.3}, {}):
+        full = samples.view(500.0)
+        expected = {}
+        for uuid, rows in full.items():
+            kept = [row for row in rows if caps_w.get(uuid) is None or not same_cap(row["cap_w"], caps_w[uuid])]
+            if kept:
+                expected[uuid] = kept
+        assert samples.view(500.0, off_caps_w=caps_w) == expected
+        assert expected != full or not caps_w  # the caps in force did leave rows out

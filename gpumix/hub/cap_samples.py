@@ -18,6 +18,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumix.power.budget import same_cap
+
 MAX_GPUS = 64
 MAX_KEYS_PER_GPU = 32
 STEPS_PER_KEY = 16  # steps behind one (split, cap) figure: the median is robust to the straddling step
@@ -101,15 +103,20 @@ class CapSamples:
             if not gpu:
                 del self._by_gpu[uuid]
 
-    def view(self, now_s: float) -> dict[str, list[dict[str, Any]]]:
+    def view(self, now_s: float, off_caps_w: dict[str, float | None] | None = None
+             ) -> dict[str, list[dict[str, Any]]]:
         """uuid -> [{cap_w, samples, compute_s, samples_per_s, steps, age_s}], figures with MIN_STEPS
-        steps or more: the power fit's input (gpumix.power.budget.gpu_power_from_snapshot)."""
+        steps or more: the power fit's input (gpumix.power.budget.gpu_power_from_snapshot).
+        `off_caps_w` (uuid -> cap now): only the figures at another cap than the GPU's now (a GPU without
+        a cap there: all of them), left out before their medians are taken: what the hub's snapshot
+        carries each tick, which on a box whose caps never changed is nothing (issue 13)."""
         self.expire(now_s)
         result: dict[str, list[dict[str, Any]]] = {}
         for uuid, gpu in self._by_gpu.items():
             rows = []
+            cap_now_w = off_caps_w.get(uuid) if off_caps_w is not None else None
             for (samples, cap_w), entry in sorted(gpu.items()):
-                if len(entry.compute_s) < MIN_STEPS:
+                if len(entry.compute_s) < MIN_STEPS or (cap_now_w is not None and same_cap(cap_w, cap_now_w)):
                     continue
                 step_s = statistics.median(entry.step_s)
                 rows.append({"cap_w": cap_w, "samples": samples, "compute_s": statistics.median(entry.compute_s),

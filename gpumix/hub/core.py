@@ -151,7 +151,10 @@ class Hub:
                 uuid: self._cap_since_wall_s.get(uuid, 0.0) if _same_or_unknown(self._caps_w.get(uuid), cap_w)
                 else snapshot["timestamp_s"] for uuid, cap_w in caps_w.items()}
             self._caps_w = caps_w
-            self._learned_points = _off_cap_points(self.cap_samples.view(self._clock()), self._caps_w)
+            # the learned points at caps other than each GPU's cap now: all a learned curve needs besides the
+            # rank's live figure (gpumix.power.budget reads no point at the cap in force). A box whose caps
+            # never changed has none, so its snapshots stay as small as before.
+            self._learned_points = self.cap_samples.view(self._clock(), off_caps_w=self._caps_w)
             self._merged = None
             self.ticks += 1
         self._ready.set()
@@ -311,20 +314,6 @@ class Hub:
 def _same_or_unknown(before_w: float | None, now_w: float | None) -> bool:
     """No cap change to date steps against: the same cap, or no reading on either side."""
     return before_w is None or now_w is None or same_cap(before_w, now_w)
-
-
-def _off_cap_points(points: dict[str, list[dict[str, Any]]],
-                    caps_w: dict[str, float | None]) -> dict[str, list[dict[str, Any]]]:
-    """The learned points at caps other than each GPU's cap now: all a learned curve needs besides the
-    rank's live figure (gpumix.power.budget reads no point at the cap in force). A box whose caps never
-    changed has none, so its snapshots stay as small as before."""
-    result = {}
-    for uuid, rows in points.items():
-        cap_w = caps_w.get(uuid)
-        kept = [row for row in rows if cap_w is None or not same_cap(row["cap_w"], cap_w)]
-        if kept:
-            result[uuid] = kept
-    return result
 
 
 def _limits() -> RankLimits:
