@@ -12,6 +12,10 @@ import os
 import time
 from typing import Any
 
+# before Textual loads: the palette's textual.types without five widgets the dashboard never shows (issue 13)
+import gpumix.cli.lazy_textual_types  # noqa: F401  (installs itself on import)
+
+# isort: split
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding

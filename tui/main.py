@@ -204,6 +204,10 @@ def run_with_own_hub(args: argparse.Namespace) -> int:
         fail(PROG, f"{error}. Try `gpumix-top --demo` to see a simulated rig.")
     except RigError as error:
         fail(PROG, str(error))
+    if not args.once:  # the monitor: pynvml less what gpumix never calls, before Textual loads (~1 MB; issue 13)
+        from gpumix.hw.nvml_narrow import narrow_pynvml
+
+        narrow_pynvml()
     if args.power_budget:
         hardware.power_budget_w = args.power_budget
     apply_power_config(PROG, args, hardware)
