@@ -7,6 +7,7 @@ Text from processes, ranks, rigs and recordings goes through `plain` before it i
 
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 from typing import Any
@@ -171,3 +172,31 @@ def spark(values: list[float | None], width: int, top: float | None = None, rela
             level = int(fraction * (len(SPARK) - 1) + 0.5)
             chars.append(SPARK[level])
     return "".join(chars).rjust(width)
+
+
+_FLOAT_OR_NONE = frozenset({float, type(None)})
+
+
+def finite_floats(values: Any) -> tuple[float | None, ...] | None:
+    """`values` as a tuple when it is a list of finite floats and None only, each already what
+    `number` makes of it (a history as the hub keeps it); else None. The tuple is hashable, and
+    holds no True that a cache would take for the 1 it equals. A few calls in C, not one `number`
+    per value (a busy snapshot's charts and sparklines are a few hundred values)."""
+    if type(values) is not list or not _FLOAT_OR_NONE.issuperset(map(type, values)):
+        return None
+    recent = tuple(values)
+    return recent if all(map(math.isfinite, [value for value in recent if value is not None])) else None
+
+
+def held_spark(values: list[float | None], width: int, top: float | None = None) -> str:
+    """`spark(values, width, top)` of a history drawn again unchanged for several snapshots (the
+    dashboard holds it: gpumix.tui.held_history): the same values give the line drawn last time."""
+    recent = finite_floats(values[-width:]) if isinstance(values, list) else None
+    if recent is None:
+        return spark(values, width, top)
+    return _spark_of(recent, width, number(top))
+
+
+@functools.lru_cache(maxsize=16)  # the detail panel's four sparklines, and a few sizes
+def _spark_of(recent: tuple[float | None, ...], width: int, top: float | None) -> str:
+    return spark(list(recent), width, top)

@@ -15,13 +15,15 @@ from itertools import accumulate
 from typing import Any, NamedTuple
 
 from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.widgets import DataTable
 
 from gpumix.tui import partial_render, terminal_writes
-from gpumix.tui.cell_render import plain_cell
+from gpumix.tui.cell_render import TableFlags, plain_cell, table_flags
 
 MAX_ROWS = 4096  # the hub keeps at most 4096 ranks; a table never holds more rows than that
 
@@ -43,11 +45,6 @@ def as_text(value: CellValue) -> Text:
 def signature(text: Text) -> Signature:
     """What a cell looks like: its text, style and styled spans."""
     return text.plain, str(text.style), tuple(text.spans)
-
-
-def _value(key: Any) -> Any:
-    """A RowKey's or ColumnKey's plain value (the header's: None)."""
-    return getattr(key, "value", key)
 
 
 class KeyedTable(DataTable):
@@ -85,16 +82,60 @@ class KeyedTable(DataTable):
         """A cell of plain text drawn by hand (gpumix.tui.cell_render), cached as DataTable caches
         its own; the header and any other cell as DataTable renders them."""
         if row_index >= 0 and column_index >= 0:
-            key = (self._row_locations.get_key(row_index), self._column_locations.get_key(column_index), base_style,
-                   cursor, hover, self._show_hover_cursor, self._update_count, self._pseudo_class_state)
-            lines = self._cell_render_cache.get(key)
-            if lines is None:
-                lines = plain_cell(self, row_index, column_index, base_style, width, cursor, hover)
-                if lines is not None:
-                    self._cell_render_cache[key] = lines
+            lines = self._plain_cell(self._row_locations.get_key(row_index), self._column_locations.get_key(column_index),
+                                     row_index, column_index, base_style, width, cursor, hover, table_flags(self))
             if lines is not None:
                 return lines
         return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+
+    def _plain_cell(self, row_key: Any, column_key: Any, row_index: int, column_index: int, base_style: Style,
+                    width: int, cursor: bool, hover: bool, flags: TableFlags) -> Any:
+        """The cell's cached lines, or drawn by hand and cached (DataTable's cache and key); None when
+        it is not a plain cell."""
+        key = (row_key, column_key, base_style, cursor, hover, flags.show_hover_cursor, self._update_count,
+               self._pseudo_class_state)
+        lines = self._cell_render_cache.get(key)
+        if lines is None:
+            lines = plain_cell(self, row_index, column_index, base_style, width, cursor, hover, flags, row_key, column_key)
+            if lines is not None:
+                self._cell_render_cache[key] = lines
+        return lines
+
+    def _render_line_in_row(self, row_key: Any, line_no: int, base_style: Style, cursor_location: Coordinate,
+                            hover_location: Coordinate) -> Any:
+        """DataTable's, for a data row of a table whose cursor is on rows, with no row labels and no
+        fixed columns (the GPU table): the same cache and the same (fixed, scrollable) lines, with the
+        columns' widths, the table's reactives and the highlights worked out once for the row, not
+        per cell, and no header style made for nothing (a busy GPU's row changes every snapshot:
+        DataTable's own took a sixth of the dashboard's calls for it, issue 13). Others: DataTable's."""
+        if self.cursor_type != "row" or self.fixed_columns or (self._labelled_row_exists and self.show_row_labels) \
+                or row_key not in self._row_locations:
+            return super()._render_line_in_row(row_key, line_no, base_style, cursor_location, hover_location)
+        flags = table_flags(self)
+        cache_key = (row_key, line_no, base_style, cursor_location, hover_location, "row", flags.show_cursor,
+                     flags.show_hover_cursor, self._update_count, self._pseudo_class_state)
+        cached = self._row_render_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        row_index = self._row_locations.get(row_key)
+        row_style = self._get_row_style(row_index, base_style)
+        cursor, hover = cursor_location.row == row_index, hover_location.row == row_index  # _should_highlight, "row"
+        columns = self.ordered_columns
+        widths = [column.get_render_width(self) for column in columns]
+        scrollable_row = []
+        for column_index, (column, width) in enumerate(zip(columns, widths, strict=True)):
+            lines = self._plain_cell(row_key, column.key, row_index, column_index, row_style, width, cursor, hover, flags)
+            if lines is None:
+                lines = super()._render_cell(row_index, column_index, row_style, width, cursor, hover)
+            scrollable_row.append(lines[line_no])
+        remaining_space = max(0, self.size.width - (sum(widths) + self._row_label_column_width))
+        extend_style, _ = self._get_styles_to_render_cell(False, False, False, hover, cursor, flags.show_cursor,
+                                                          flags.show_hover_cursor, False, False)
+        extend_style = row_style + extend_style + Style.from_meta({"row": row_index, "column": 0, "out_of_bounds": True})
+        scrollable_row.append([Segment(" " * remaining_space, extend_style)])
+        row_pair: tuple[list[Any], list[Any]] = ([], scrollable_row)
+        self._row_render_cache[cache_key] = row_pair
+        return row_pair
 
     def sync(self, rows: Mapping[str, Mapping[str, CellValue]]) -> SyncResult:
         """Make the table show `rows` (at most MAX_ROWS, in their order for new rows); a missing
@@ -163,9 +204,10 @@ class KeyedTable(DataTable):
         # DataTable's caches keyed (row, column, ...), (row, line, ...) and (count, row index); the
         # keys' plain values compared, not the keys: a RowKey hashes in Python, a str in C (the
         # scans were a tenth of a 10-GPU table's sync)
+        # (DataTable's keys are RowKey and ColumnKey: their value read as an attribute, not by a call each)
         self._discard(self._cell_render_cache, [k for k in self._cell_render_cache.keys()
-                                                if (_value(k[0]), _value(k[1])) in cells])
-        self._discard(self._row_render_cache, [k for k in self._row_render_cache.keys() if _value(k[0]) in rows])
+                                                if (k[0].value, k[1].value) in cells])
+        self._discard(self._row_render_cache, [k for k in self._row_render_cache.keys() if k[0].value in rows])
         self._discard(self._row_renderable_cache, [k for k in self._row_renderable_cache.keys() if k[1] in indexes])
         self._line_cache.clear()  # lines are joined from the row cache: cheap to rebuild
         # one refresh for them all: each refresh_coordinate cleared the widget's style caches and

@@ -133,10 +133,10 @@ def detail_text(gpu: dict[str, Any], series: SeriesFn, width: int = 78, height: 
         return "\n".join(_fit(line, width) for line in lines[:max(1, height)])
     spark_width = max(4, min(40, (width - 56) // 2))  # the rx/tx line holds two sparklines and the link
     link_top = gpu["pcie_link_bytes_per_s_max"] or None
-    util = fmt.spark(series(index, "util_gpu_pct"), spark_width, top=100)
-    power = fmt.spark(series(index, "power_w"), spark_width, top=gpu["power_cap_w"] or None)
-    rx = fmt.spark(series(index, "pcie_rx_bytes_per_s"), spark_width, top=link_top)
-    tx = fmt.spark(series(index, "pcie_tx_bytes_per_s"), spark_width, top=link_top)
+    util = fmt.held_spark(series(index, "util_gpu_pct"), spark_width, top=100)
+    power = fmt.held_spark(series(index, "power_w"), spark_width, top=gpu["power_cap_w"] or None)
+    rx = fmt.held_spark(series(index, "pcie_rx_bytes_per_s"), spark_width, top=link_top)
+    tx = fmt.held_spark(series(index, "pcie_tx_bytes_per_s"), spark_width, top=link_top)
     reasons = ", ".join(map(fmt.plain, gpu["clock_event_reasons"] or [])) or "none"
     # whole kJ, as the wide table: 0.1 kJ moved every 1.3 s on an idle H200 (75 W), a rewrite each time
     energy = fmt.fixed(gpu["energy_j"], 0, scale=1 / 1000)
@@ -193,8 +193,13 @@ def chart_block(values: list[float | None], width: int, rows: int, top: float | 
     (no top known: nothing drawn rather than a guessed scale). The dashboard's charts redraw
     every snapshot from a history renewed every few (gpumix.tui.held_history): the same
     values give the lines drawn last time (a sixth of the idle dashboard's work at 160x48)."""
-    # finite floats or None (gaps) first: hashable, and True is not taken for the 1 it equals
-    return list(_chart_lines(tuple(fmt.number(v) for v in values[-width:]), width, rows, fmt.number(top)))
+    # finite floats or None (gaps) first: hashable, and True is not taken for the 1 it equals; a
+    # history of such values as it is (one `number` per value was most of the charts' calls)
+    tail = values[-width:]
+    recent = fmt.finite_floats(tail)
+    if recent is None:
+        recent = tuple(fmt.number(v) for v in tail)
+    return list(_chart_lines(recent, width, rows, fmt.number(top)))
 
 
 @functools.lru_cache(maxsize=16)  # 4 charts of the selected GPU, and a few sizes
