@@ -38,11 +38,11 @@ def merge_ranks(hardware_snapshot: dict[str, Any], streams: Iterable[RankStream]
     snapshot["ranks"] = ranks
     snapshot["run"], snapshot["runs"] = runs_summary(ranks)
     add_efficiency(snapshot["runs"], ranks, hardware_snapshot["gpus"])
-    gpus = []
-    for gpu in hardware_snapshot["gpus"]:
-        on_gpu = [r["rank"] for r in ranks if r["gpu_uuid"] == gpu["uuid"] and r["connected"]]
-        gpus.append({**gpu, "ranks": on_gpu})
-    snapshot["gpus"] = gpus
+    on_gpu: dict[Any, list[int]] = {}  # uuid -> its live ranks, in order: one pass, not one per GPU
+    for rank in ranks:
+        if rank["connected"]:
+            on_gpu.setdefault(rank["gpu_uuid"], []).append(rank["rank"])
+    snapshot["gpus"] = [{**gpu, "ranks": list(on_gpu.get(gpu["uuid"], ()))} for gpu in hardware_snapshot["gpus"]]
     snapshot["tiers"] = tier_table(snapshot)
     snapshot["jobs"] = jobs
     snapshot["plan"] = plans_in_force.view(snapshot, wall_s)
