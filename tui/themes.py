@@ -8,7 +8,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -119,14 +118,25 @@ def _read_user_theme(path: Path) -> str:
     return read_bounded_text(path, MAX_THEME_BYTES, "theme")
 
 
+def _shipped_folder() -> Any:
+    """The shipped themes' folder: on disk, read as such; importlib.resources only for a package that is not
+    (a zip), since its readers load zipfile and more, ~0.4 MB of the dashboard's RSS (issue 13)."""
+    import gpumix.themes
+
+    folder = Path(gpumix.themes.__file__ or "").parent
+    if gpumix.themes.__file__ and folder.is_dir():
+        return folder
+    from importlib import resources
+
+    return resources.files("gpumix.themes")
+
+
 def load_themes(user_dir: Path | None = None) -> ThemeLoad:
     """The shipped themes and the user's; a user file that cannot be a theme is skipped with one
     line in `errors` (the app shows each as a notification) and never stops start-up."""
     themes, errors = [], []
-    shipped = sorted(
-        (entry for entry in resources.files("gpumix.themes").iterdir() if entry.name.endswith(".toml")),
-        key=lambda entry: entry.name,
-    )
+    shipped = sorted((entry for entry in _shipped_folder().iterdir() if entry.name.endswith(".toml")),
+                     key=lambda entry: entry.name)
     for entry in shipped:
         themes.append(parse_theme(entry.read_text(encoding="utf-8"), f"themes/{entry.name}"))
     folder = user_dir if user_dir is not None else user_theme_dir()
