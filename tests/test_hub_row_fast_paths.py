@@ -161,3 +161,49 @@ def test_the_ticks_learned_points_are_the_full_view_less_the_caps_in_force() -> 
                 expected[uuid] = kept
         assert samples.view(500.0, off_caps_w=caps_w) == expected
         assert expected != full or not caps_w  # the caps in force did leave rows out
+
+
+def _plan_rank(r: int, samples: float, job: str = "train", connected: bool = True) -> dict[str, Any]:
+    return {"rank": r, "world_size": 2, "job": job, "run_id": None, "connected": connected, "samples": samples,
+            "micro_batch": 8.0, "accumulation_steps": samples / 8}
+
+
+def _plan_snapshot(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    live = [r for r in ranks if r["connected"]]
+    return {"ranks": ranks, "run": {"job": live[0]["job"], "run_id": None} if live else None, "jobs": {}}
+
+
+def test_the_plans_split_is_made_again_whenever_a_figure_it_reads_changes() -> None:
+    """The plan view keeps the last split while the ranks' figures stay the same; any change of a figure
+    split_of reads (samples, world, connected, rank), or another job, is a new split, as without the cache."""
+    from gpumix.hub.plan_in_force import PlansInForce, split_of
+
+    plans = PlansInForce()
+    sequence = [
+        [_plan_rank(0, 64.0), _plan_rank(1, 32.0)],
+        [_plan_rank(0, 64.0), _plan_rank(1, 32.0)],
+        [_plan_rank(0, 48.0), _plan_rank(1, 48.0)],  # a re-plan: new samples
+        [_plan_rank(0, 48.0), _plan_rank(1, 48.0, connected=False)],  # a rank restarting: no whole split
+        [_plan_rank(0, 40.0), _plan_rank(1, 56.0)],
+        [_plan_rank(0, 40.0, job="other"), _plan_rank(1, 56.0, job="other")],  # the same figures, another job
+    ]
+    for wall_s, ranks in enumerate(sequence):
+        plan = plans.view(_plan_snapshot(ranks), float(wall_s))
+        expected = split_of([r for r in ranks if r["job"] == plan["job"]])
+        assert plan["ranks"] == (expected if expected is not None else plan["ranks"])
+        assert plan["job"] == ranks[0]["job"]
+    assert [share["samples"] for share in plan["ranks"]] == [40, 56]
+    plan["ranks"][0]["samples"] = 999  # a caller changing its copy changes no later view
+    assert plans.view(_plan_snapshot(sequence[-1]), 9.0)["ranks"][0]["samples"] == 40
+
+
+def test_efficiencys_number_check_is_the_old_one() -> None:
+    from gpumix.hub.efficiency import _positive
+
+    def old(value: Any) -> float | None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        return float(value) if ok else None
+
+    for value in (0.5, 0.0, -0.0, -1.0, math.nan, math.inf, -math.inf, 3, 0, True, None, "2", _Float(1.5)):
+        got, expected = _positive(value), old(value)
+        assert (got == expected or (got is None and expected is None)) and type(got) is type(expected), value

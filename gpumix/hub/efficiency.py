@@ -18,6 +18,8 @@ from gpumix.wire.jobs import ranks_by_job
 
 
 def _positive(value: Any) -> float | None:
+    if type(value) is float:  # the usual figure: one test (NaN fails it, inf - inf is NaN)
+        return value if value > 0 and value - value == 0.0 else None
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     return float(value) if ok else None
 
@@ -56,9 +58,11 @@ def run_efficiency(ranks: list[dict[str, Any]], tier_of: dict[str, str]) -> dict
     }
 
 
-def add_efficiency(runs: dict[str, dict[str, Any]], ranks: list[dict[str, Any]], gpus: list[dict[str, Any]]) -> None:
-    """Each run summary (snapshot["runs"], and with it snapshot["run"]) gets its "efficiency"."""
-    members = ranks_by_job(ranks)
+def add_efficiency(runs: dict[str, dict[str, Any]], ranks: list[dict[str, Any]], gpus: list[dict[str, Any]],
+                   groups: dict[str, list[dict[str, Any]]] | None = None) -> None:
+    """Each run summary (snapshot["runs"], and with it snapshot["run"]) gets its "efficiency".
+    `groups`: ranks_by_job(ranks), where the caller has it."""
+    members = ranks_by_job(ranks) if groups is None else groups
     tier_of = {gpu["uuid"]: str(gpu.get("tier")) for gpu in gpus if gpu.get("uuid")}
     for label, run in runs.items():
         run["efficiency"] = run_efficiency(members.get(label, []), tier_of)

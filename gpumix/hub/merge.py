@@ -24,6 +24,7 @@ from gpumix.hub.ranks import (
     runs_summary,
 )
 from gpumix.power.tiers import tier_table
+from gpumix.wire.jobs import ranks_by_job
 
 DETAIL_RANKS = 256  # ranks whose env, versions, transport, losses and points a snapshot carries
 
@@ -33,11 +34,12 @@ def merge_ranks(hardware_snapshot: dict[str, Any], streams: Iterable[RankStream]
                 power_budget_w: float | None, detail_ranks: int = DETAIL_RANKS) -> dict[str, Any]:
     """`streams` in the snapshot's order; `jobs` the supervisors' statuses; `wall_s` the wall clock."""
     ranks = [rank_row(stream, now_s) for stream in streams]
-    mark_stragglers(ranks)
+    groups = ranks_by_job(ranks)  # the ranks by job once for the parts below (issue 13: each made its own)
+    mark_stragglers(ranks, groups)
     snapshot = dict(hardware_snapshot)
     snapshot["ranks"] = ranks
-    snapshot["run"], snapshot["runs"] = runs_summary(ranks)
-    add_efficiency(snapshot["runs"], ranks, hardware_snapshot["gpus"])
+    snapshot["run"], snapshot["runs"] = runs_summary(ranks, groups)
+    add_efficiency(snapshot["runs"], ranks, hardware_snapshot["gpus"], groups)
     on_gpu: dict[Any, list[int]] = {}  # uuid -> its live ranks, in order: one pass, not one per GPU
     for rank in ranks:
         if rank["connected"]:
@@ -45,7 +47,7 @@ def merge_ranks(hardware_snapshot: dict[str, Any], streams: Iterable[RankStream]
     snapshot["gpus"] = [{**gpu, "ranks": list(on_gpu.get(gpu["uuid"], ()))} for gpu in hardware_snapshot["gpus"]]
     snapshot["tiers"] = tier_table(snapshot)
     snapshot["jobs"] = jobs
-    snapshot["plan"] = plans_in_force.view(snapshot, wall_s)
+    snapshot["plan"] = plans_in_force.view(snapshot, wall_s, groups)
     host = snapshot.get("host") or {}
     settings = advisor_settings(power_budget_w, bool(host.get("infiniband")), *(os.environ.get(name) for name in SETTINGS_ENV))
     snapshot["findings"] = [finding.to_json() for finding in findings(snapshot, settings, snapshot["tiers"])]

@@ -15,6 +15,7 @@ What it may import: the standard library and gpumix.wire.
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict
 from typing import Any
 
@@ -46,6 +47,14 @@ def split_of(ranks: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return split if all(share["samples"] is not None for share in split) else None
 
 
+def _split_reads(rank: dict[str, Any]) -> tuple[Any, ...]:
+    return (rank.get("connected"), rank.get("rank"), rank.get("world_size"), rank.get("samples"),
+            rank.get("micro_batch"), rank.get("accumulation_steps"))
+
+
+_SPLIT_READS = operator.itemgetter("connected", "rank", "world_size", "samples", "micro_batch", "accumulation_steps")
+
+
 class PlansInForce:
     """Per job, the last complete plan seen; `view` picks the shown job's. Bounded: JOBS_KEPT jobs."""
 
@@ -53,6 +62,8 @@ class PlansInForce:
         self._plans: OrderedDict[str, dict[str, Any]] = OrderedDict()  # job label -> its plan row
         self._predicted: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._shown: str | None = None
+        self._split_key: tuple[Any, ...] | None = None  # what the last split was made of, and the split
+        self._split: list[dict[str, Any]] | None = None
 
     def requested(self, job: str, plan: dict[str, Any]) -> None:
         """A plan asked of the job's supervisor through this hub: keep its predicted speedup, if any."""
@@ -65,8 +76,10 @@ class PlansInForce:
         while len(self._predicted) > PREDICTIONS_KEPT:
             self._predicted.popitem(last=False)
 
-    def view(self, snapshot: dict[str, Any], wall_s: float) -> dict[str, Any] | None:
-        """The shown job's plan in force (a merged snapshot: ranks, run, jobs); None when no job reports."""
+    def view(self, snapshot: dict[str, Any], wall_s: float,
+             groups: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any] | None:
+        """The shown job's plan in force (a merged snapshot: ranks, run, jobs); None when no job reports.
+        `groups`: ranks_by_job(snapshot["ranks"]), where the caller has it."""
         jobs = snapshot.get("jobs") or {}
         run = snapshot.get("run")
         if run is not None:
@@ -79,14 +92,16 @@ class PlansInForce:
             return None
         self._shown = label
         status = jobs.get(label) or {}
-        split = split_of(ranks_by_job(snapshot.get("ranks") or []).get(label, []))
+        groups = ranks_by_job(snapshot.get("ranks") or []) if groups is None else groups
+        split = self._split_of(label, groups.get(label, []))
         plan_id = status.get("plan_id")
         if split is not None:
             row = self._plans.get(label)
             if row is None or row["ranks"] != split or row["plan_id"] != plan_id:
                 row = self._remember(label, {
                     "job": label, "plan_id": plan_id, "supervised": bool(status),
-                    "global_batch": _count(sum(share["samples"] for share in split)), "ranks": split,
+                    "global_batch": _count(sum(share["samples"] for share in split)),
+                    "ranks": [dict(share) for share in split],  # its own rows: the split is shared
                     "restarts": status.get("restarts"), "applied_at_step": status.get("resume_step"),
                     "applied_s": wall_s, "predicted_speedup": self._predicted.get((label, plan_id or "")),
                 })
@@ -97,6 +112,18 @@ class PlansInForce:
         return {"job": label, "plan_id": plan_id, "supervised": bool(status), "global_batch": None, "ranks": [],
                 "restarts": status.get("restarts"), "applied_at_step": status.get("resume_step"),
                 "applied_s": None, "predicted_speedup": self._predicted.get((label, plan_id or ""))}
+
+    def _split_of(self, label: str, ranks: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """split_of(ranks), made again only when what it reads changed: one C-level read per rank of the
+        figures it reads, against the last merge's (issue 13: 20 calls a rank each merge). Kept for the
+        last job asked only: the view shows one."""
+        try:
+            key = (label, tuple(map(_SPLIT_READS, ranks)))
+        except KeyError:  # a row without every field (not the merge's): read as split_of does
+            key = (label, tuple(map(_split_reads, ranks)))
+        if self._split_key != key:
+            self._split_key, self._split = key, split_of(ranks)
+        return self._split  # shared with the next views: read only, copied where a row keeps it
 
     def _remember(self, label: str, row: dict[str, Any]) -> dict[str, Any]:
         self._plans[label] = row

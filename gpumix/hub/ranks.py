@@ -301,9 +301,10 @@ def points_view(stream: RankStream, now_s: float) -> list[dict[str, Any]]:
             for p in stream.points if now_s - p["t"] <= POINT_MAX_AGE_S]
 
 
-def mark_stragglers(ranks: list[dict[str, Any]]) -> None:
-    """A rank whose compute time is well above its job's median makes every other rank of the job wait."""
-    for members in ranks_by_job(ranks).values():
+def mark_stragglers(ranks: list[dict[str, Any]], groups: dict[str, list[dict[str, Any]]] | None = None) -> None:
+    """A rank whose compute time is well above its job's median makes every other rank of the job wait.
+    `groups`: ranks_by_job(ranks), where the caller has it (the merge makes it once for all its parts)."""
+    for members in (ranks_by_job(ranks) if groups is None else groups).values():
         computes = [r["compute_s"] for r in members if r["compute_s"] is not None and r["connected"]]
         median = statistics.median(computes) if len(computes) >= 2 else None
         for rank in members:
@@ -329,10 +330,12 @@ def run_summary(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def runs_summary(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
-    """(the run shown first: the job with most live ranks, ties by name; every job's run by name)."""
+def runs_summary(ranks: list[dict[str, Any]], groups: dict[str, list[dict[str, Any]]] | None = None
+                 ) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """(the run shown first: the job with most live ranks, ties by name; every job's run by name).
+    `groups`: ranks_by_job(ranks), where the caller has it."""
     runs = {}
-    for label, members in sorted(ranks_by_job(ranks).items()):
+    for label, members in sorted((ranks_by_job(ranks) if groups is None else groups).items()):
         summary = run_summary(members)
         if summary is not None:
             runs[label] = summary
