@@ -7,15 +7,13 @@ render every widget of the screen in full (the 41-line detail panel, the footer,
 background), a third of the dashboard's work per snapshot. Most lines come from caches, but each
 still went through the widget's style cache, the line filters and a cut into chops. `install()`
 renders, for each changed row, only the widgets on that row whose columns meet a changed span, and
-only those rows of them, front to back as Textual does; what is written is the same chops for the
+only those rows of them (with the few unchanged rows between two, from the widget's cache, in the
+same pass), front to back as Textual does; what is written is the same chops for the
 same spans. Full updates (resize, a new screen) and the SVG export stay Textual's own. textual is
 pinned below 9; `installed()` says whether it took.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from itertools import groupby
 
 from textual._compositor import ChopsUpdate, Compositor
 from textual.geometry import Region
@@ -24,6 +22,11 @@ from textual.strip import Strip
 _textual_render_partial_update = Compositor.render_partial_update
 
 Span = tuple[int, int, int]  # y, x1, x2 (x2 exclusive)
+# Unchanged rows of a widget between two of its changed rows rendered with them, in one render pass:
+# such a row comes from the widget's line cache (a few calls), a pass of its own costs a hundred-odd
+# (the widget's colours, opacity and the theme looked up again: a busy GPU's detail panel changes
+# on three or four rows apart, issue 13). Only the changed rows are written, as before.
+MERGE_GAP_ROWS = 4
 
 
 def render_partial_update(self: Compositor) -> ChopsUpdate | None:
@@ -49,19 +52,25 @@ def render_partial_update(self: Compositor) -> ChopsUpdate | None:
         first_cut, last_cut = render_region.column_span
         rows = [y for y in render_region.line_range
                 if y in by_row and any(x1 < last_cut and x2 > first_cut for x1, x2 in by_row[y])]
-        for run in _runs(rows):
-            y0 = run[0]
-            crop = Region(render_region.x - region.x, y0 - region.y, render_region.width, len(run))
-            for y, strip in zip(run, widget.render_lines(crop), strict=False):
-                _fill(chops[y], cuts[y], strip, render_region.x, first_cut, last_cut)
+        for first, last in _blocks(rows, MERGE_GAP_ROWS):
+            crop = Region(render_region.x - region.x, first - region.y, render_region.width, last - first + 1)
+            for y, strip in zip(range(first, last + 1), widget.render_lines(crop), strict=False):
+                if y in by_row:  # a row between two changes: rendered with them, not written
+                    _fill(chops[y], cuts[y], strip, render_region.x, first_cut, last_cut)
     chop_ends = [cut_set[1:] for cut_set in cuts]
     return ChopsUpdate(chops, spans, chop_ends)
 
 
-def _runs(rows: list[int]) -> Iterable[list[int]]:
-    """Consecutive rows together: [3, 4, 5, 9] -> [3, 4, 5], [9]."""
-    for _, group in groupby(enumerate(rows), key=lambda pair: pair[1] - pair[0]):
-        yield [y for _, y in group]
+def _blocks(rows: list[int], gap: int) -> list[tuple[int, int]]:
+    """The rows (ascending) as blocks (first, last), a block taking in up to `gap` rows between two:
+    [3, 4, 5, 9, 30] with a gap of 4 -> (3, 9), (30, 30)."""
+    blocks: list[tuple[int, int]] = []
+    for y in rows:
+        if blocks and y - blocks[-1][1] <= gap + 1:
+            blocks[-1] = (blocks[-1][0], y)
+        else:
+            blocks.append((y, y))
+    return blocks
 
 
 def _fill(line: dict[int, Strip | None], line_cuts: list[int], strip: Strip, render_x: int,

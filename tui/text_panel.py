@@ -14,8 +14,10 @@ largest part of the dashboard's own work per snapshot (issue 13's profile).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import rich.cells
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
@@ -28,6 +30,10 @@ from textual.widgets import Static
 
 from gpumix.tui import partial_render, terminal_writes
 
+# Whether every character of a line takes one cell (its cell_len is its len): Rich's own test, as
+# cell_len makes it; without it (another Rich), cell_len.
+_single_cells: Callable[[str], bool] = getattr(rich.cells, "_is_single_cell_widths", lambda text: False)
+
 MERGE_GAP = 12  # unchanged columns between two changes that cost less to rewrite than to skip
 # (a cursor move and the style opened again take about as many bytes)
 
@@ -38,7 +44,7 @@ def changed_spans(old: str, new: str, merge_gap: int = MERGE_GAP) -> list[tuple[
     width = max(len(old), len(new))
     old, new = old.ljust(width), new.ljust(width)
     spans: list[tuple[int, int]] = []
-    for column in (x for x in range(width) if old[x] != new[x]):
+    for column in [x for x in range(width) if old[x] != new[x]]:  # a list: a generator resumed per change
         if spans and column - spans[-1][1] < merge_gap:
             spans[-1] = (spans[-1][0], column + 1)
         else:
@@ -57,10 +63,14 @@ def changed_regions(old: list[str], new: list[str], width: int, old_fit: bool = 
     for y, (before, after) in enumerate(zip(old, new, strict=True)):
         if before == after:
             continue
-        after_cells = cell_len(after)
+        if _single_cells(after) and _single_cells(before):  # one C call each; cell_len took three
+            after_cells, narrow = len(after), True
+        else:
+            after_cells = cell_len(after)
+            narrow = cell_len(before) == len(before) and after_cells == len(after)
         if after_cells > width:
             return None
-        if cell_len(before) != len(before) or after_cells != len(after):  # wide characters
+        if not narrow:  # wide characters
             regions.append(Region(0, y, width, 1))
             continue
         regions += [Region(start, y, end - start, 1) for start, end in changed_spans(before, after)]
@@ -129,21 +139,25 @@ class TextPanel(Static):
                 or self.text_selection is not None or len(cache.lines) < len(self._lines or []):
             super()._render_content()
             return
+        # the panel's width, style and alignment once for the lines, not per line (a busy GPU's
+        # detail panel changes on three or four lines a snapshot)
+        width, visual_style = self.content_size.width, self.visual_style
+        by_hand = self.styles.text_align in ("left", "start")
         for y in stale:
-            cache.lines[y] = self._render_one_line(y)
+            cache.lines[y] = self._render_one_line(y, width, visual_style, by_hand)
             self.lines_rendered += 1
         self._dirty_regions.clear()
 
-    def _render_one_line(self, y: int) -> Strip:
+    def _render_one_line(self, y: int, content_width: int, visual_style: Any, aligned_left: bool) -> Strip:
         """Line `y` as the whole text's render has it (a line that fits: no wrapping to follow).
         Plain printable text, aligned left: one segment in the panel's style, with the offset text
         selection reads, as Textual's Content gives it (built by hand: Content's render was most of
         the panel's cost per snapshot, issue 13); anything else goes through Content."""
         text = (self._lines or [""])[y]
-        width = cell_len(text)
-        if text and text.isprintable() and text[-1] != " " and width <= self.content_size.width \
-                and self.styles.text_align in ("left", "start"):
-            return Strip([Segment(text, self.visual_style.rich_style_with_offset(0, y))], width)
+        if text and text.isprintable() and text[-1] != " " and aligned_left:
+            width = len(text) if _single_cells(text) else cell_len(text)
+            if width <= content_width:
+                return Strip([Segment(text, visual_style.rich_style_with_offset(0, y))], width)
         line = visualize(self, Text(text), markup=False)
         strips = Visual.to_strips(self, line, self.size.width, 1, self.visual_style)
         return _at_row(strips[0], y) if strips else Strip.blank(self.size.width, self.visual_style.rich_style)
