@@ -207,3 +207,27 @@ def test_efficiencys_number_check_is_the_old_one() -> None:
     for value in (0.5, 0.0, -0.0, -1.0, math.nan, math.inf, -math.inf, 3, 0, True, None, "2", _Float(1.5)):
         got, expected = _positive(value), old(value)
         assert (got == expected or (got is None and expected is None)) and type(got) is type(expected), value
+
+
+def test_a_gpus_static_fields_follow_its_info_object() -> None:
+    """The row's static part is kept per GpuInfo object: another info (a changed field) is its own row,
+    the same info always the same fields, and the kept rows stay bounded."""
+    from gpumix.hub import snapshot as snapshot_module
+
+    def info(name: str) -> GpuInfo:
+        return GpuInfo(index=0, uuid="GPU-0", name=name, brand="GeForce", pci_bus_id="0:1", mem_total_bytes=12 << 30,
+                       power_limit_min_w=100.0, power_limit_max_w=170.0, power_limit_default_w=170.0,
+                       pcie_gen_max_gpu=4, pcie_gen_max=4, pcie_width_max=16)
+
+    sample = GpuSample(index=0, uuid="GPU-0", timestamp_s=1.0)
+    first, second = info("NVIDIA GeForce RTX 3060"), info("NVIDIA GeForce RTX 4090")
+    assert snapshot_module.gpu_row(first, sample, {})["name"] == "NVIDIA GeForce RTX 3060"
+    assert snapshot_module.gpu_row(second, sample, {})["name"] == "NVIDIA GeForce RTX 4090"
+    row = snapshot_module.gpu_row(first, sample, {})
+    assert row["tier"] == first.tier and row == {**row, **dataclasses.asdict(first), "model": first.model,
+                                                 **{k: v for k, v in dataclasses.asdict(sample).items() if k != "processes"}}
+    row["name"] = "changed by a client"
+    assert snapshot_module.gpu_row(first, sample, {})["name"] == "NVIDIA GeForce RTX 3060"  # each row its own
+    for _ in range(snapshot_module._INFO_ROWS_KEPT + 5):
+        snapshot_module.gpu_row(info("NVIDIA GeForce RTX 3090"), sample, {})
+    assert len(snapshot_module._info_rows) <= snapshot_module._INFO_ROWS_KEPT

@@ -7,6 +7,7 @@ panel and by `gpumix doctor` (exit 0 healthy, 1 warnings, 2 errors).
 from __future__ import annotations
 
 import functools
+import operator
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +145,9 @@ def _links(snapshot: dict[str, Any]) -> list[Finding]:
     return found
 
 
+_LINK_CLASS = operator.itemgetter("gpu_a", "gpu_b", "topology")  # what the main-root split reads of a link
+
+
 def _shared(topology: str | None) -> bool:
     return topology in SHARED_TOPOLOGY or (topology or "").startswith("NV")  # an NVLink bridge is closer still
 
@@ -153,7 +157,7 @@ def _off_main_root(snapshot: dict[str, Any]) -> list[Finding]:
     count = len(snapshot["gpus"])
     if count < 3:
         return []
-    split = _main_root_split(count, tuple((link["gpu_a"], link["gpu_b"], link["topology"]) for link in snapshot["p2p"]))
+    split = _main_root_split(count, tuple(map(_LINK_CLASS, snapshot["p2p"])))  # one C call a link (issue 13)
     if split is None:
         return []
     main, outside = split

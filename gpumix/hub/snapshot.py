@@ -10,7 +10,6 @@ Ranks of different jobs never wait for each other: whatever compares ranks
 
 from __future__ import annotations
 
-import functools
 import socket
 from dataclasses import fields
 from functools import cache
@@ -71,18 +70,38 @@ def host_row(host: HostSample) -> dict[str, Any]:
     return row
 
 
-@functools.lru_cache(maxsize=256)
+_INFO_ROWS_KEPT = 256
+_info_rows: dict[int, tuple[GpuInfo, dict[str, Any]]] = {}  # id(info) -> (info, its row fields)
+
+
 def _info_fields(info: GpuInfo) -> dict[str, Any]:
-    """A GPU's static facts as row fields, made once per GpuInfo (frozen, its fields scalars: a changed
-    one is another key) rather than at every tick (issue 13); the row copies them."""
-    return {**plain(info), "model": info.model, "tier": info.tier}
+    """A GPU's static facts as row fields, made once per GpuInfo object (frozen, its fields scalars)
+    rather than at every tick (issue 13); the row copies them. Found by identity: an lru_cache hashed
+    the frozen dataclass, a Python call over its 13 fields, per GPU a tick. The entry holds the info,
+    so its id is not reused while kept; at most _INFO_ROWS_KEPT are."""
+    kept = _info_rows.get(id(info))
+    if kept is not None and kept[0] is info:
+        return kept[1]
+    if len(_info_rows) >= _INFO_ROWS_KEPT:
+        _info_rows.clear()
+    fields_now = {**plain(info), "model": info.model, "tier": info.tier}
+    _info_rows[id(info)] = (info, fields_now)
+    return fields_now
+
+
+def _values(record: Any) -> dict[str, Any]:
+    """plain(record) where a copy follows anyway: the record's own __dict__ when it is exactly its fields."""
+    values = getattr(record, "__dict__", None)
+    if values is not None and values.keys() == _field_set(type(record)):
+        return values  # type: ignore[no-any-return]
+    return plain(record)
 
 
 def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample]) -> GpuRow:
     """Static facts, the tick's readings and what follows from them, for one GPU."""
     row: dict[str, Any] = {
         **_info_fields(info),
-        **plain(sample),  # GpuSample.to_json without asdict's deep copy: its lists are copied here
+        **_values(sample),  # GpuSample.to_json without asdict's deep copy: its lists are copied here
     }
     if sample.clock_event_reasons is not None:
         row["clock_event_reasons"] = list(sample.clock_event_reasons)
