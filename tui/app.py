@@ -12,8 +12,10 @@ import os
 import time
 from typing import Any
 
-# before Textual loads (issue 13: RSS): textual.types without five widgets the dashboard never shows, and the
-# command palette's screen and widgets loaded when ctrl+p first opens it; each installs itself on import
+# before Textual loads (issue 13: RSS): textual.types without five widgets the dashboard never shows, the
+# command palette's screen and widgets loaded when ctrl+p first opens it, platformdirs when a file is saved;
+# each installs itself on import
+import gpumix.cli.lazy_platformdirs  # noqa: F401
 import gpumix.cli.lazy_textual_palette  # noqa: F401
 import gpumix.cli.lazy_textual_types  # noqa: F401
 
