@@ -3,8 +3,8 @@
 Cheap by construction: on the training thread a step costs two perf_counter() calls, a small
 object, its numbers made plain (a CUDA tensor: an asynchronous copy, read later) and one slot of a
 preallocated ring (agent/step_ring.py). Everything else happens on the sender thread, a few times a
-second: the step's message built (values a GPU synchronisation would read now, like a CUDA loss, are
-read once computed), the allocator and process figures, the encoding and the writes. Each step is
+second: the steps' frame built (agent/step_batch.py; values a GPU synchronisation would read now, like a
+CUDA loss, are read once computed), the allocator and process figures, the encoding and the writes. Each step is
 collected once the next step has ended (annotate_last may still set its values), or up to
 MAX_DEFERRED_STEPS later while its CUDA values are not computed yet. The step record and the fields'
 sources: agent/step_record.py.
@@ -20,12 +20,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpumix.agent import identity, launcher_env
+from gpumix.agent import identity, launcher_env, step_batch
 from gpumix.agent.amp import AmpWatch
 from gpumix.agent.lazy import (
     LazyScalar,
     PinnedPool,
-    computed,
     initialized_device,
     record_step_event,
     use_device,
@@ -35,6 +34,7 @@ from gpumix.agent.process_figures import ProcessFigures
 from gpumix.agent.restart import RestartControl, load_run_plan
 from gpumix.agent.sampling import DeviceSampling, copy_interval_s
 from gpumix.agent.sender import Sender
+from gpumix.agent.step_batch import MAX_DEFERRED_STEPS  # noqa: F401  (re-exported: tests read it here)
 from gpumix.agent.step_record import (  # noqa: F401  (re-exported: the agent's names, as before)
     AMP_FIELDS,
     MEASURED,
@@ -47,13 +47,9 @@ from gpumix.agent.step_record import (  # noqa: F401  (re-exported: the agent's 
 )
 from gpumix.agent.step_ring import StepRing
 from gpumix.agent.values import Coerced, NotANumber, Setting, coerce, on_gpu, read
+from gpumix.wire.step_columns import frame_rows
 
 log = logging.getLogger("gpumix.agent")
-# A step whose CUDA values are not computed yet (the CPU runs ahead of the GPU) waits for them up
-# to this many steps, then goes without them: its record is never read with a synchronisation.
-# The sender thread collects steps once a send period (gpumix/wire/send_period.py): the DeepSpeed probe
-# keeps its timings for as many steps as the ring holds, the pinned pool reads 256 values back (agent/lazy.py).
-MAX_DEFERRED_STEPS = 6
 
 # (step index) -> seconds of communication in that step, or None if not known (yet)
 CommProbe = Callable[[int], "float | None"]
@@ -87,6 +83,7 @@ class Agent:
         self._ring = StepRing(max_messages)
         self._wall_offset_s = time.time() - time.perf_counter()  # a step's wall clock, from its perf_counter end
         self._cuda = identity.uses_cuda()
+        self._torch: Any = None  # the torch module, once imported (step_end)
         self._pinned = PinnedPool()  # pinned buffers are taken only for CUDA tensors
         self._refused_fields: set[str] = set()  # fields already warned about (once each)
         self._figures = ProcessFigures(self._cuda, self.cuda_device)  # allocator and process, once a second
@@ -98,10 +95,15 @@ class Agent:
         self.restart = RestartControl(self.rank)
         self.steps = self.restart.resume_step  # after a supervised restart the count goes on, as the supervisor's does
         self.plan = load_run_plan()
-        self.sender = Sender(address, self._hello, max_messages=max_messages, collect=self._collect,
+        self.sender = Sender(address, self._hello, max_messages=max_messages, collect=self._collect_frames,
                              pending=lambda: self._ring.pending, wake=self._ring.half_full)
         # which steps copy their CUDA values: COPIES_PER_SEND a send period (0.5 s apart at the default 1 s)
         self.sampling = DeviceSampling(copy_interval_s(self.sender.period_s))
+
+    def _find_torch(self) -> Any:
+        """torch once the script imported it (kept: one sys.modules look-up a step until then, none after)."""
+        self._torch = sys.modules.get("torch")
+        return self._torch
 
     def _hello(self) -> dict[str, Any]:
         return identity.hello(self.rank, self.local_rank, self.world_size, self.gpu_uuid, self.nvml_index, self.job)
@@ -167,11 +169,11 @@ class Agent:
             self._last_end_s = end_s
             if self._amp is not None and record.loss_scale is None:
                 record.loss_scale = self._amp.scale_tensor()
-            due = self.sampling.due(end_s)
+            due = end_s >= self.sampling.next_s  # the sampling rule (agent/sampling.py), without a call
             if due:  # else the class default, False (one entry fewer in the record's __dict__)
                 record.device_due = True
             copied = False
-            torch = sys.modules.get("torch")
+            torch = self._torch or self._find_torch()
             pool = self._pinned  # this step's pool (the sender thread swaps in the pinned block once)
             if due:
                 pool.step_copies = []  # the step's copies share one event, recorded after the last
@@ -186,8 +188,11 @@ class Agent:
                     else:  # anything else (and a CUDA value on a due step): made plain, a CUDA one copied
                         copied = self._plain(record, name, value, pool) or copied
             finally:
-                if due:
-                    record_step_event(pool)
+                if due:  # one event for the step's copies; a step with none (plain numbers) makes no call
+                    if pool.step_copies:
+                        record_step_event(pool)
+                    else:
+                        pool.step_copies = None
             if copied:
                 self.sampling.copied(end_s)
             self.steps = record.index + 1
@@ -203,27 +208,30 @@ class Agent:
     # -- the sender thread's side ----------------------------------------------------
 
     def _collect(self, final: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
-        """The messages of the steps ready to go, oldest first (called on the sender thread only).
-        A step is ready once a newer one ended and its CUDA values are computed, or MAX_DEFERRED_STEPS
-        newer steps ended. final: every step, the last one too, CUDA values waited for. limit: at most
-        this many (the sender builds a backlog in pieces, handing the GIL back between them)."""
+        """The messages of the steps ready to go, oldest first, one per step (the rows of _collect_frame's
+        frame: for a hub from before the frame, and for tests). Called on the sender thread only."""
+        frame = self._collect_frame(final, limit)
+        return frame_rows(frame) if frame is not None else []
+
+    def _collect_frames(self, final: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+        """The sender's collect: the ready steps as one "steps" frame (none: [])."""
+        frame = self._collect_frame(final, limit)
+        return [frame] if frame is not None else []
+
+    def _collect_frame(self, final: bool = False, limit: int | None = None) -> dict[str, Any] | None:
+        """The steps ready to go as one columnar "steps" frame (agent/step_batch.py), None if none; called
+        on the sender thread only. final: every step, the last one too, CUDA values waited for. limit: at
+        most this many (the sender builds a backlog in pieces, handing the GIL back between them)."""
         if self._steps_device is not None and not self._sender_on_device:
             self._sender_on_device = use_device(self._steps_device)
             # the pinned buffers in one allocation, made here: the training thread's copies allocate none
             self._pinned = pinned_block(sys.modules["torch"], self._pinned)
-        ring, messages = self._ring, []
-        shared: dict[str, Any] | None = None
-        while (limit is None or len(messages) < limit) and (record := ring.oldest(keep=0 if final else 1)) is not None:
-            newer = ring.written - 1 - ring.taken
-            # only a step due to copy holds CUDA values (agent/sampling.py): the others are ready as they are
-            if not final and record.device_due and newer <= MAX_DEFERRED_STEPS and \
-                    not computed(getattr(record, name) for name in RECORD_NUMBERS):
-                break  # in order: the later steps wait behind it
-            ring.take()
-            if shared is None:
-                shared = self._shared_fields()
-            messages.append(self._message(record, wait=final, shared=shared))
-        return messages
+        ready = step_batch.ready_steps(self._ring, final, limit, RECORD_NUMBERS)
+        return self._frame(*ready) if ready is not None else None
+
+    def _frame(self, records: list[StepRecord], numbers: dict[str, list[Any]]) -> dict[str, Any]:
+        """These steps' "steps" frame; numbers: the script's numbers' columns (step_batch.ready_steps)."""
+        return step_batch.frame(self, records, numbers, RECORD_NUMBERS)
 
     def _shared_fields(self) -> dict[str, Any]:
         """The fields every step collected together carries alike, read once per collection: the
@@ -298,34 +306,6 @@ class Agent:
     def dp_devices(self) -> int | None:
         """Set by watch_model: the devices of a DataParallel wrapper."""
         return self._dp_devices
-
-    def _message(self, record: StepRecord, wait: bool = False, shared: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The step's message for the hub (StepMessage), on the sender thread. wait: CUDA values are
-        waited for (at close only). shared: _shared_fields(), when the caller read it already."""
-        for probe in self.phase_probes:  # the framework's own split, where the script set none
-            for name, value in probe().items():
-                if name in RECORD_NUMBERS and getattr(record, name, None) is None:
-                    setattr(record, name, self._number(name, value))
-        message: dict[str, Any] = {"type": "step", "step": record.index, "step_time_s": record.step_time_s}
-        lazy = record.device_due  # only a step due to copy may hold a LazyScalar (agent/sampling.py)
-        for name in RECORD_NUMBERS:
-            value = getattr(record, name)
-            if lazy and value is not None:
-                value = read(value, wait)
-            if value is not None:
-                message[name] = value
-        if "comm_s" not in message and self.comm_probes:
-            comm_s = read(self._number("comm_s", self._comm_seconds(record.index)))
-            if comm_s is not None:
-                message["comm_s"] = comm_s
-        message.update(self._shared_fields() if shared is None else shared)
-        message["t"] = record.end_s + self._wall_offset_s if record.end_s is not None else time.time()
-        if record.data_wait_s is not None:
-            message["data_wait_s"] = record.data_wait_s
-        loss_scale = message.pop("loss_scale", None)
-        if self._amp is not None:  # the scale goes with the amp fields, after its finiteness check
-            message.update((key, value) for key, value in self._amp.fields(loss_scale).items() if value is not None)
-        return message
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Collect every step (the last one too) and send what is queued, then stop the sender."""

@@ -35,16 +35,36 @@ def copy_interval_s(send_period_s: float) -> float:
 
 
 class DeviceSampling:
-    """The rule, on the step's end time (perf_counter seconds): no clock of its own."""
+    """The rule, on the step's end time (perf_counter seconds): no clock of its own. The training thread
+    reads next_s, one comparison a step, not a call (issue 13)."""
 
     def __init__(self, interval_s: float = DEVICE_READ_INTERVAL_S) -> None:
-        self.interval_s = interval_s
-        self.last_s = float("-inf")  # the end of the last step that copied a CUDA value
+        self._interval_s = interval_s
+        self._last_s = float("-inf")  # the end of the last step that copied a CUDA value
+        self.next_s = float("-inf")  # a step ending at or after it is due: last_s + interval_s
         self.copies = 0
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    @interval_s.setter
+    def interval_s(self, seconds: float) -> None:
+        self._interval_s = seconds
+        self.next_s = self._last_s + seconds
+
+    @property
+    def last_s(self) -> float:
+        return self._last_s
+
+    @last_s.setter
+    def last_s(self, end_s: float) -> None:
+        self._last_s = end_s
+        self.next_s = end_s + self._interval_s
 
     def due(self, end_s: float) -> bool:
         """A step ending at end_s copies its CUDA values."""
-        return end_s - self.last_s >= self.interval_s
+        return end_s >= self.next_s
 
     def copied(self, end_s: float) -> None:
         """The step ending at end_s copied at least one CUDA value: the next waits interval_s."""

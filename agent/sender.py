@@ -34,7 +34,14 @@ from typing import Any
 
 from gpumix.wire import auth, protocol
 from gpumix.wire.send_period import PERIOD_S, send_period_s  # noqa: F401  (PERIOD_S: tests read it here)
-from gpumix.wire.step_columns import MAX_FRAME_STEPS, REFUSED_BY_OLD_HUB, step_columns
+from gpumix.wire.step_columns import (
+    MAX_FRAME_STEPS,
+    REFUSED_BY_OLD_HUB,
+    STEPS_TYPE,
+    frame_rows,
+    frame_slice,
+    step_columns,
+)
 
 QUEUE_MESSAGES = 1024
 SEND_TIMEOUT_S = 1.0  # a stopped hub fills the socket buffer: give up on it, don't wait
@@ -48,10 +55,12 @@ BATCH_MESSAGES = 64  # messages per write
 # thread holds the GIL, a training thread that released it (a torch call, the CUDA copy of a step)
 # waits to get it back, up to sys.getswitchinterval() (5 ms) when the work is long. A pause of a real
 # length hands it over (time.sleep(0) mostly takes it straight back); the training thread then waits
-# for one piece at most (32 steps' messages built, encoded and written). At most PIECES_PER_WAKE pieces a
-# wake-up: fast steps make larger pieces, not more pauses (at most 32 pauses of 0.2 ms: well within a period).
-PIECE_MESSAGES = 32
-PIECES_PER_WAKE = 32  # a full ring (1024 steps) still goes in pieces of 32
+# for one piece at most (64 steps built as one frame, encoded and written: ~0.4 ms on the 2-core CPU box,
+# where a piece of 32 steps built a message each took ~0.5 ms; each piece's fixed cost is ~1 µs a step at 32).
+# At most PIECES_PER_WAKE pieces a wake-up: fast steps make larger pieces, not more pauses (at most 32
+# pauses of 0.2 ms: well within a period).
+PIECE_MESSAGES = 64
+PIECES_PER_WAKE = 32  # a full ring (1024 steps) goes in 16 pieces of 64
 PIECE_PAUSE_S = 0.0002
 
 # collect(final, limit) -> the messages of the steps ready now, at most limit (None: all);
@@ -100,28 +109,45 @@ def steps_frames(steps: list[dict[str, Any]]) -> bytes:
     halves; a single step over it goes as it is, and the hub refuses it as it refused the message)."""
     if len(steps) == 1:
         return protocol.encode(steps[0])
-    frame = protocol.encode(step_columns(steps))
-    if len(frame) - protocol.HEADER.size <= protocol.MAX_AGENT_FRAME_BYTES and len(steps) <= MAX_FRAME_STEPS:
-        return frame
-    half = len(steps) // 2
-    return steps_frames(steps[:half]) + steps_frames(steps[half:])
+    return frame_bytes(step_columns(steps))
+
+
+def frame_bytes(frame: dict[str, Any]) -> bytes:
+    """A "steps" frame's bytes: one frame, unless it would pass the hub's frame limit (then halves); a
+    frame of one step goes as that step's message."""
+    if frame["n"] == 1:
+        return protocol.encode(frame_rows(frame)[0])
+    data = protocol.encode(frame)
+    count = frame["n"]
+    if len(data) - protocol.HEADER.size <= protocol.MAX_AGENT_FRAME_BYTES and count <= MAX_FRAME_STEPS:
+        return data
+    half = count // 2
+    return frame_bytes(frame_slice(frame, 0, half)) + frame_bytes(frame_slice(frame, half, count))
+
+
+def messages_in(message: dict[str, Any]) -> int:
+    """The step messages a queued message stands for: a "steps" frame its n, any other one."""
+    return message["n"] if message.get("type") == STEPS_TYPE else 1
 
 
 def encode_batch(batch: list[dict[str, Any]], columns: bool) -> bytes:
-    """The bytes of one write: each run of step messages as columnar frames (columns), the other
-    messages as they are, in order."""
+    """The bytes of one write: each run of step messages as columnar frames and each "steps" frame as it
+    is (columns), or every step as its own message (a hub from before the frame); the others as they
+    are, in order."""
     if not columns:
-        return b"".join(protocol.encode(message) for message in batch)
+        return b"".join(protocol.encode(row) for message in batch
+                        for row in (frame_rows(message) if message.get("type") == STEPS_TYPE else (message,)))
     parts: list[bytes] = []
     run: list[dict[str, Any]] = []
     for message in batch:
-        if message.get("type") == "step":
+        kind = message.get("type")
+        if kind == "step":
             run.append(message)
             continue
         if run:
             parts.append(steps_frames(run))
             run = []
-        parts.append(protocol.encode(message))
+        parts.append(frame_bytes(message) if kind == STEPS_TYPE else protocol.encode(message))
     if run:
         parts.append(steps_frames(run))
     return b"".join(parts)
@@ -138,7 +164,11 @@ class Sender:
         self.period_s = send_period_s() if period_s is None else period_s
         # steps this many pending wake the sender before its period ends (the ring is max_messages long)
         self._early_steps = max(1, max_messages // 2)
-        self._queue: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_messages)
+        # messages to send, oldest first: a "steps" frame stands for its n step messages (messages_in);
+        # at most max_messages step messages in all, the oldest dropped and counted. Its length in messages
+        # is counted when needed (a few frames: a counter kept by two threads could drift)
+        self._max_messages = max(1, max_messages)
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
         # set by put(), close(), and the ring when its unsent steps reach _early_steps (wake)
         self._wake = threading.Event() if wake is None else wake
         self._closing = threading.Event()
@@ -152,14 +182,26 @@ class Sender:
 
     def put(self, message: dict[str, Any]) -> None:
         """A message besides the steps (a transport report): O(1), never blocks, never raises."""
-        if len(self._queue) == self._queue.maxlen:
-            self.dropped += 1  # deque drops the oldest on append
-        self._queue.append(message)
+        self._enqueue(message)
         self._wake.set()
+
+    def _enqueue(self, message: dict[str, Any]) -> None:
+        """Queue a message; the oldest go (counted in dropped) while the queue would hold more than its
+        max_messages step messages."""
+        queued = self.queued + messages_in(message)
+        while queued > self._max_messages:
+            try:
+                oldest = messages_in(self._queue.popleft())
+            except IndexError:  # emptied meanwhile by the other thread
+                break
+            queued -= oldest
+            self.dropped += oldest
+        self._queue.append(message)
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        """Step messages (and others) queued and not sent yet."""
+        return sum(map(messages_in, list(self._queue)))  # a copy: the deque may grow meanwhile
 
     def _connect(self) -> socket.socket:
         hello = {**self._hello(), "send_period_s": self.period_s}  # the supervisor's stop margin allows for it
@@ -176,12 +218,11 @@ class Sender:
 
     def _collect(self, final: bool, limit: int | None = None) -> int:
         """Queue the ready steps' messages (at most limit); how many there were."""
-        messages = self._collect_steps(final, limit)
-        for message in messages:
-            if len(self._queue) == self._queue.maxlen:
-                self.dropped += 1
-            self._queue.append(message)
-        return len(messages)
+        collected = 0
+        for message in self._collect_steps(final, limit):
+            self._enqueue(message)
+            collected += messages_in(message)
+        return collected
 
     def _pump(self, sock: socket.socket, closing: bool) -> None:
         """Collect and send the ready steps piece by piece, pausing between pieces (PIECE_MESSAGES)."""
@@ -202,11 +243,16 @@ class Sender:
         return self._closing.is_set() and time.monotonic() >= self._deadline
 
     def _send_batch(self, sock: socket.socket) -> None:
-        batch = [self._queue[i] for i in range(min(BATCH_MESSAGES, len(self._queue)))]
+        batch, count = [], 0
+        for message in list(self._queue):  # at least one message, then up to BATCH_MESSAGES step messages
+            if batch and count + messages_in(message) > BATCH_MESSAGES:
+                break
+            batch.append(message)
+            count += messages_in(message)
         sock.sendall(encode_batch(batch, self.columns))
         for _ in batch:  # sent: only now off the queue (a failed write sends them again)
             self._queue.popleft()
-        self.sent += len(batch)
+        self.sent += count
 
     def _run(self) -> None:
         sock: socket.socket | None = None

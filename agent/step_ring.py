@@ -57,6 +57,30 @@ class StepRing:
             if self.written - self.taken <= self.size:  # the writer had not come round to it yet
                 return record
 
-    def take(self) -> None:
-        """The reader is done with the step `oldest()` gave."""
-        self.taken += 1
+    def peek(self, limit: int | None = None, keep: int = 0) -> list[Any]:
+        """The reader: the oldest steps not taken, oldest first, at most limit (None: all), leaving the
+        newest `keep` in the ring; [] if none. One or two list slices, not a call per step (issue 13: the
+        sender holds the GIL while it reads). Each step given stays until take(count) says so."""
+        size = self.size
+        while True:
+            written = self.written
+            if written - self.taken > size:  # overwritten while we were away
+                self._dropped += written - size - self.taken
+                self.taken = written - size
+            taken = self.taken
+            count = written - taken - keep
+            if limit is not None:
+                count = min(count, limit)
+            if count <= 0:
+                return []
+            start = taken % size
+            stop = start + count
+            slots = self._slots
+            records = slots[start:stop] if stop <= size else slots[start:] + slots[:stop - size]
+            # the writer had not come round to the oldest of them, so to none of them
+            if self.written - taken <= size:
+                return records
+
+    def take(self, count: int = 1) -> None:
+        """The reader is done with the step `oldest()` gave (or the first `count` that `peek()` gave)."""
+        self.taken += count

@@ -95,13 +95,13 @@ def test_the_ring_keeps_the_newest_and_counts_what_it_overwrote() -> None:
 def test_steps_are_built_into_messages_on_the_sender_thread(hub_socket, monkeypatch: pytest.MonkeyPatch) -> None:
     hub, socket_path = hub_socket
     built_on: set[str] = set()
-    original = Agent._message
+    original = Agent._frame
 
-    def noting(self: Agent, record: core.StepRecord, wait: bool = False, shared: dict | None = None) -> dict:
+    def noting(self: Agent, records: list[core.StepRecord], numbers: dict[str, list]) -> dict:
         built_on.add(threading.current_thread().name)
-        return original(self, record, wait, shared)
+        return original(self, records, numbers)
 
-    monkeypatch.setattr(Agent, "_message", noting)
+    monkeypatch.setattr(Agent, "_frame", noting)
     agent = Agent(socket_path, job="threads")
     try:
         for index in range(20):

@@ -82,20 +82,20 @@ def test_the_sender_builds_a_backlog_in_pieces_with_a_pause_between(hub_socket, 
     hub, socket_path = hub_socket
     pieces: list[int] = []
     pauses: list[float] = []
-    original_collect, original_sleep = Agent._collect, sender_module.time.sleep
+    original_collect, original_sleep = Agent._collect_frames, sender_module.time.sleep
 
     def noting(self: Agent, final: bool = False, limit: int | None = None) -> list[dict]:
-        messages = original_collect(self, final) if limit is None else original_collect(self, final, limit)
-        if threading.current_thread().name == "gpumix-agent-sender" and messages:
-            pieces.append(len(messages))
-        return messages
+        frames = original_collect(self, final) if limit is None else original_collect(self, final, limit)
+        if threading.current_thread().name == "gpumix-agent-sender" and frames:
+            pieces.append(sum(frame["n"] for frame in frames))  # the steps of the piece, in one frame
+        return frames
 
     def sleeping(seconds: float) -> None:
         if threading.current_thread().name == "gpumix-agent-sender":
             pauses.append(seconds)
         original_sleep(seconds)
 
-    monkeypatch.setattr(Agent, "_collect", noting)
+    monkeypatch.setattr(Agent, "_collect_frames", noting)
     monkeypatch.setattr(sender_module.time, "sleep", sleeping)
     agent = Agent(socket_path, job="pieces", max_messages=1024)
     try:

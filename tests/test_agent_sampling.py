@@ -67,16 +67,22 @@ class _DoneEvent:
 
 
 class _ScriptedSampling(DeviceSampling):
-    """The rule's answers per step, in step order (the rule itself: the tests above, on a fake clock)."""
+    """The rule's answers per step, in step order (the rule itself: the tests above, on a fake clock). The
+    agent reads next_s once a step (the rule as one comparison): it answers per step from the script."""
 
     def __init__(self, due_steps: set[int]) -> None:
         super().__init__()
         self.due_steps = due_steps
         self.asked = 0
 
-    def due(self, end_s: float) -> bool:
+    @property  # type: ignore[override]
+    def next_s(self) -> float:
         self.asked += 1
-        return self.asked - 1 in self.due_steps
+        return float("-inf") if self.asked - 1 in self.due_steps else float("inf")
+
+    @next_s.setter
+    def next_s(self, end_s: float) -> None:
+        pass  # the script decides
 
 
 @pytest.fixture()

@@ -39,3 +39,39 @@ def step_columns(messages: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             columns[name] = values
     return {"type": STEPS_TYPE, "n": len(messages), "columns": columns}
+
+
+def frame_rows(frame: dict[str, Any]) -> list[dict[str, Any]]:
+    """The step messages of a "steps" frame, in order (for a hub from before the frame): a column's value
+    in its row, a shared value in every row, None left out as a message leaves it out."""
+    rows: list[dict[str, Any]] = [{"type": "step"} for _ in range(frame["n"])]
+    for name, column in frame["columns"].items():
+        if type(column) is list:
+            for row, value in zip(rows, column, strict=True):
+                if value is not None:
+                    row[name] = value
+        elif column is not None:
+            for row in rows:
+                row[name] = column
+    return rows
+
+
+def frame_slice(frame: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
+    """Rows start to stop of a "steps" frame, as a frame (a shared value stays shared)."""
+    columns = {name: column[start:stop] if type(column) is list else column
+               for name, column in frame["columns"].items()}
+    return {"type": STEPS_TYPE, "n": stop - start, "columns": columns}
+
+
+def one_or_column(values: list[Any]) -> Any:
+    """What a frame holds for these values of a field, one per row (as step_columns decides, in a few C
+    calls rather than a Python loop per row): the value when every row holds the same one, of one type
+    (None when no row holds any: the field is left out), else the list itself. A list is never shared."""
+    kinds = set(map(type, values))
+    # compared only as plain values: a tensor set on a record after its step ended compares as a tensor
+    if len(kinds) == 1 and kinds <= _SHAREABLE and values.count(first := values[0]) == len(values):
+        return first
+    return values
+
+
+_SHAREABLE = {int, float, str, bool, type(None)}
