@@ -1,14 +1,16 @@
 """pynvml narrowed to the NVML calls gpumix makes, for the interactive monitor (issue 13: RSS <= nvitop's + 10 MB).
 
-pynvml defines ~450 functions and ~210 ctypes structures at import, ~2.5 MB of Python heap; gpumix calls
-about 40 of them. `narrow_pynvml()` drops from the loaded module every function and class that neither
-gpumix's code (NAMES_USED, kept in step with the sources by tests/test_nvml_narrow.py) nor a kept one reaches
-by global name, transitively (through closures, methods and base classes). What it drops is collected;
-called before Textual loads, the freed heap is reused by Textual instead of growing the process (~1 MB).
+pynvml defines ~450 functions, ~210 ctypes structures and ~1,600 constants at import, ~2.5 MB of Python heap;
+gpumix calls about 40 functions. `narrow_pynvml()` drops from the loaded module every function, class and
+constant that neither gpumix's code (NAMES_USED, kept in step with the sources by tests/test_nvml_narrow.py)
+nor a kept function reaches by global name, transitively (through closures, methods and base classes). What it
+drops is collected; called before Textual loads, the freed heap is reused by Textual instead of growing the
+process (~1.2 MB).
 
 The module object stays the one `import pynvml` gives, so the error classes every caller catches and the
-simulator raises are the same objects. Every constant and every NVMLError class stays (a handler may name
-any of them). Only gpumix-top's interactive monitor narrows: a one-shot would pay the walk and a collection
+simulator raises are the same objects. Every NVMLError class stays (a handler may name any of them), and the
+NVML_ERROR_* and NVML_BRAND_* constants (pynvml maps an error's value to its class, the backend names a brand
+by scanning NVML_BRAND_*). Only gpumix-top's interactive monitor narrows: a one-shot would pay the walk and a collection
 for nothing kept long, and a process of someone else's (a training script with torch) may call any of pynvml.
 """
 
@@ -25,6 +27,11 @@ from typing import Any
 NAMES_USED = frozenset({
     "NVMLError", "NVMLError_FunctionNotFound", "NVMLError_GpuIsLost", "NVMLError_NoPermission",
     "NVMLError_NotFound", "NVMLError_NotSupported",
+    "NVML_CLOCK_MEM", "NVML_CLOCK_SM", "NVML_FEATURE_ENABLED", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES",
+    "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_NVLINK_DEVICE_TYPE_GPU", "NVML_NVLINK_DEVICE_TYPE_SWITCH",
+    "NVML_NVLINK_MAX_LINKS", "NVML_PCIE_UTIL_RX_BYTES", "NVML_PCIE_UTIL_TX_BYTES", "NVML_SUCCESS",
+    "NVML_TEMPERATURE_GPU", "NVML_VALUE_TYPE_SIGNED_INT", "NVML_VALUE_TYPE_SIGNED_LONG_LONG",
+    "NVML_VALUE_TYPE_UNSIGNED_INT", "NVML_VALUE_TYPE_UNSIGNED_LONG", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG",
     "nvmlClocksEventReasonGpuIdle", "nvmlClocksEventReasonSwPowerCap", "nvmlClocksEventReasonSwThermalSlowdown",
     "nvmlDeviceGetBrand", "nvmlDeviceGetClockInfo", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetCount",
     "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth",
@@ -41,6 +48,9 @@ NAMES_USED = frozenset({
     "nvmlDeviceSetPowerManagementLimit", "nvmlInit", "nvmlShutdown", "nvmlSystemGetCudaDriverVersion",
     "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion",
 })
+# Constants kept by prefix: the backend names a brand by scanning NVML_BRAND_*; an error's value names its class.
+KEPT_PREFIXES = ("NVML_BRAND_", "NVML_ERROR_")
+CONSTANT_TYPES = (int, float, str, bytes)
 MAX_WALK_STEPS = 100_000  # a bound on the reachability walk (pynvml has ~2,300 names)
 
 
@@ -97,14 +107,19 @@ def reachable_names(namespace: dict[str, Any], roots: frozenset[str] | set[str])
 
 
 def droppable_names(module: types.ModuleType, roots: frozenset[str] | set[str] = NAMES_USED) -> list[str]:
-    """The functions and classes of MODULE that nothing in ROOTS reaches; constants, dunders and the
-    NVMLError family stay."""
+    """The functions, classes and constants of MODULE that nothing in ROOTS reaches; dunders, the NVMLError
+    family and the constants of KEPT_PREFIXES stay."""
     namespace = vars(module)
     keep = reachable_names(namespace, roots)
     error = namespace.get("NVMLError")
     dropped = []
     for name, value in namespace.items():
-        if name in keep or name.startswith("__") or not isinstance(value, (types.FunctionType, type)):
+        if name in keep or name.startswith("__") or name.startswith(KEPT_PREFIXES):
+            continue
+        if isinstance(value, CONSTANT_TYPES) and not isinstance(value, bool):
+            dropped.append(name)  # ~1,600 ints and their names: ~0.2 MB
+            continue
+        if not isinstance(value, (types.FunctionType, type)):
             continue
         if isinstance(error, type) and isinstance(value, type) and issubclass(value, error):
             continue
