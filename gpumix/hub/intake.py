@@ -81,33 +81,24 @@ class AgentIntake:
         if stream is None or not steps:
             return False
         stream.last_seen_s = now_s
-        uuid = stream.gpu_uuid or ""
-        since_s = cap_since_wall_s.get(uuid, 0.0) if cap_since_wall_s else 0.0
-        kept, losses, rows = [], [], []
-        amp_counted = stream.amp_counted
-        for step in steps:  # one pass and plain reads: a parsed step holds every field (issue 13)
+        kept = []
+        for step in steps:
             rejected = step.pop("rejected", ())
             if rejected:
                 if not stream.rejected_values:  # one line per rank, not one per bad step
                     log.warning("hub: rank %d of %s sent %s out of range: dropped (counted in rejected_values)",
                                 stream.rank, job_name(stream.job, stream.run_id), ", ".join(rejected))
                 stream.rejected_values += len(rejected)
-            step_s = step["step_time_s"]
-            if step_s is None:  # a step time out of range: the step tells nothing
-                continue
-            kept.append(step)
-            loss = step.get("loss")
-            if loss is not None:
-                losses.append(loss)
-            if not amp_counted:  # rank_summary looks for the GradScaler's counts only once one came
-                amp_counted = step.get("amp_skipped_steps") is not None
-            started = step.get("t")
-            if started is None or not started < since_s:  # a step that ended before the cap came: not under it
-                rows.append((step.get("samples"), step_s - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0),
-                             step_s))
+            if step["step_time_s"] is not None:  # else a step time out of range: the step tells nothing
+                kept.append(step)
         stream.steps.extend(kept)
-        stream.losses.extend(losses)
-        stream.amp_counted = amp_counted
+        stream.losses.extend(loss for step in kept if (loss := step.get("loss")) is not None)
+        if not stream.amp_counted:  # rank_summary looks for the GradScaler's counts only once one came
+            stream.amp_counted = any(step.get("amp_skipped_steps") is not None for step in kept)
+        uuid = stream.gpu_uuid or ""
+        since_s = cap_since_wall_s.get(uuid, 0.0) if cap_since_wall_s else 0.0
+        rows = [(step.get("samples"), step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0),
+                 step["step_time_s"]) for step in kept if not (step.get("t") is not None and step["t"] < since_s)]
         self._cap_samples.add_many(stream.gpu_uuid, caps_w.get(uuid), rows, now_s)
         return True
 
