@@ -1,0 +1,84 @@
+"""Modules Textual imports as it loads but the dashboard never calls, loaded on first use (issue 13: RSS).
+
+- `platformdirs` (~0.4 MB with its Unix backend): `textual.app` imports `user_downloads_path` for the one place
+  it saves a file the app delivers (App.deliver_binary), which gpumix-top never calls;
+- `uuid` with `platform` (~0.2 MB): `textual.notifications` imports `uuid4` for a notification's id, and
+  `textual.app` uuid for deliver_binary; a notification (a toast) or a new plan's id loads it.
+
+Installed before Textual loads, each is a stand-in module: the functions named here call the real ones, and any
+other name loads the real module, which then takes its own place in sys.modules (a later import gets it).
+Importing this module installs them (tui/app.py imports it before Textual); nothing is installed for a module
+that has loaded already.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+import types
+from collections.abc import Callable
+from importlib.machinery import ModuleSpec
+from typing import Any
+
+# module -> the names others import from it as Textual loads (forwarded until the real module loads)
+STAND_INS: dict[str, tuple[str, ...]] = {"platformdirs": ("user_downloads_path",), "uuid": ("uuid4",)}
+_lock = threading.RLock()
+
+
+class StandInModule(types.ModuleType):
+    """Stands for a module until a name other than its forwarded functions is read."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # the import system's probes (__path__) load nothing
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        return getattr(load_real(self), name)
+
+
+def load_real(stand_in: StandInModule) -> types.ModuleType:
+    """The real module, loaded once into sys.modules in the stand-in's place."""
+    with _lock:
+        real = vars(stand_in).get("_real")
+        if real is not None:
+            return real  # type: ignore[no-any-return]
+        spec: ModuleSpec = vars(stand_in)["_spec"]
+        real = importlib.util.module_from_spec(spec)
+        sys.modules[stand_in.__name__] = real  # a package's submodules import it by name
+        try:
+            spec.loader.exec_module(real)  # type: ignore[union-attr]
+        except BaseException:
+            sys.modules[stand_in.__name__] = stand_in
+            raise
+        stand_in._real = real
+        return real
+
+
+def _forwarder(stand_in: StandInModule, name: str) -> Callable[..., Any]:
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return getattr(load_real(stand_in), name)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = name
+    forward.__doc__ = f"{stand_in.__name__}.{name}, loaded on first use"
+    return forward
+
+
+def install_stand_in(name: str, functions: tuple[str, ...]) -> bool:
+    """Put a stand-in for NAME in sys.modules; True when installed. Nothing (False) when NAME has loaded or
+    cannot be found."""
+    if name in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.loader is None:
+        return False
+    stand_in = StandInModule(name)
+    stand_in._spec = spec
+    for function in functions:
+        setattr(stand_in, function, _forwarder(stand_in, function))
+    sys.modules[name] = stand_in
+    return True
+
+
+INSTALLED = {name: install_stand_in(name, functions) for name, functions in STAND_INS.items()}

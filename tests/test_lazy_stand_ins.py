@@ -1,0 +1,90 @@
+"""platformdirs and uuid on first use (gpumix/cli/lazy_stand_ins.py; issue 13: the dashboard's RSS): the
+dashboard starts without them; Textual's user_downloads_path and uuid4, a notification, and any other name answer
+as the real modules. Each in a fresh interpreter: what loads depends on what loaded before."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(code: str, home: Path) -> dict:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_DOWNLOAD_DIR": str(home / "dl")}
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                            timeout=120, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_dashboard_starts_without_platformdirs_and_textual_still_finds_downloads(tmp_path: Path) -> None:
+    lazy = run("""
+        import json, sys
+        import gpumix.tui.app, gpumix.tui.main
+        import textual.app
+        before = type(sys.modules["platformdirs"]).__name__, sorted(m for m in sys.modules if m.startswith("platformdirs."))
+        stand_in = sys.modules["platformdirs"]
+        downloads = str(textual.app.user_downloads_path())
+        import platformdirs
+        print(json.dumps({"before": before, "downloads": downloads, "after": type(platformdirs).__name__,
+                          "config": platformdirs.user_config_dir("gpumix"), "via_stand_in": stand_in.user_config_dir("gpumix"),
+                          "version": platformdirs.__version__}))
+    """, tmp_path)
+    real = run("""
+        import json, platformdirs
+        print(json.dumps({"downloads": str(platformdirs.user_downloads_path()), "config": platformdirs.user_config_dir("gpumix"),
+                          "version": platformdirs.__version__}))
+    """, tmp_path)
+    assert lazy["before"] == ["StandInModule", []]
+    assert lazy["after"] == "module"
+    assert lazy["downloads"] == real["downloads"]
+    assert lazy["config"] == lazy["via_stand_in"] == real["config"] and lazy["version"] == real["version"]
+
+
+def test_uuid_loads_at_the_first_notification_and_answers_as_the_real_module(tmp_path: Path) -> None:
+    outcome = run("""
+        import asyncio, json, sys
+        import gpumix.tui.app, gpumix.tui.controls
+        from textual.app import App
+        from textual.widgets import Static
+        before = [name for name in ("uuid", "platform") if type(sys.modules.get(name)).__name__ == "module"]
+
+        class Small(App):
+            def compose(self):
+                yield Static("x")
+
+        async def main():
+            app = Small()
+            async with app.run_test(size=(80, 24)) as pilot:
+                await pilot.pause()
+                quiet = [name for name in ("uuid", "platform") if type(sys.modules.get(name)).__name__ == "module"]
+                app.notify("hello")
+                await pilot.pause(0.2)
+                identities = [n.identity for n in app._notifications]
+            return quiet, identities
+
+        quiet, identities = asyncio.run(main())
+        import uuid
+        print(json.dumps({"before": before, "quiet": quiet, "identities": identities,
+                          "real": type(uuid).__name__, "version": uuid.UUID(identities[0]).version,
+                          "via_controls": gpumix.tui.controls.uuid.uuid4().version}))
+    """, tmp_path)
+    assert outcome["before"] == [] and outcome["quiet"] == []
+    assert len(outcome["identities"]) == 1 and outcome["version"] == 4 and outcome["via_controls"] == 4
+    assert outcome["real"] == "module"
+
+
+def test_nothing_is_installed_once_a_module_has_loaded(tmp_path: Path) -> None:
+    result = run("""
+        import json, sys
+        import platformdirs
+        from gpumix.cli.lazy_stand_ins import install_stand_in
+        print(json.dumps({"installed": install_stand_in("platformdirs", ("user_downloads_path",)),
+                          "same": sys.modules["platformdirs"] is platformdirs,
+                          "missing": install_stand_in("no_such_module_here", ())}))
+    """, tmp_path)
+    assert result == {"installed": False, "same": True, "missing": False}
