@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pynvml
 
-from gpumix.hw.nvml_narrow import KEPT_PREFIXES, NAMES_USED, droppable_names, reachable_names
+from gpumix.hw.nvml_narrow import (
+    KEEP_ENV,
+    KEPT_PREFIXES,
+    NAMES_USED,
+    droppable_names,
+    narrow_pynvml,
+    reachable_names,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 PYNVML_NAME = re.compile(r"pynvml\.([A-Za-z_]\w*)")
@@ -175,3 +182,9 @@ def test_the_interactive_monitor_narrows_and_a_one_shot_does_not(tmp_path: Path)
         assert result.returncode == 0, result.stderr[-3000:]
         counts[mode] = int(result.stdout.split("functions")[-1].split()[0])
     assert counts["interactive"] < counts["once"] - 300
+
+
+def test_the_opt_out_keeps_pynvml_whole() -> None:
+    before = len(vars(pynvml))
+    assert narrow_pynvml({KEEP_ENV: "1"}) == 0
+    assert len(vars(pynvml)) == before

@@ -17,8 +17,10 @@ for nothing kept long, and a process of someone else's (a training script with t
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import types
+from collections.abc import Mapping
 from typing import Any
 
 # Every pynvml name gpumix, its TUI and its agent read: `pynvml.X`, and the nvml* names the backend calls
@@ -51,6 +53,7 @@ NAMES_USED = frozenset({
 # Constants kept by prefix: the backend names a brand by scanning NVML_BRAND_*; an error's value names its class.
 KEPT_PREFIXES = ("NVML_BRAND_", "NVML_ERROR_")
 CONSTANT_TYPES = (int, float, str, bytes)
+KEEP_ENV = "GPUMIX_TOP_KEEP_PYNVML"  # 1: leave pynvml whole
 MAX_WALK_STEPS = 100_000  # a bound on the reachability walk (pynvml has ~2,300 names)
 
 
@@ -129,9 +132,12 @@ def droppable_names(module: types.ModuleType, roots: frozenset[str] | set[str] =
     return dropped
 
 
-def narrow_pynvml() -> int:
+def narrow_pynvml(environ: Mapping[str, str] | None = None) -> int:
     """Drop what gpumix never reaches from the loaded pynvml and collect it; the number of names dropped.
-    Nothing when pynvml is not loaded, or is not the nvidia-ml-py module (no NVMLError)."""
+    Nothing when pynvml is not loaded, is not the nvidia-ml-py module (no NVMLError), or $KEEP_ENV is set
+    (code of one's own in the monitor's process, a debugger, needs the whole of pynvml)."""
+    if (os.environ if environ is None else environ).get(KEEP_ENV):
+        return 0
     module = sys.modules.get("pynvml")
     if module is None or not isinstance(getattr(module, "NVMLError", None), type):
         return 0
