@@ -90,3 +90,47 @@ def test_a_tier_mate_without_a_measured_split_keeps_its_estimate() -> None:
     result = plan([a, b], PlanRequest(global_batch=448, gradient_bytes=1e6, granularity=4, max_micro_batch=133,
                                       exclude=frozenset({1})))
     assert sum(r.samples for r in result.ranks) == 448 and result.ranks[1].samples == 0
+
+
+def test_one_rank_s_noise_does_not_widen_its_tier_s_tile() -> None:
+    """Seed 17 gen-03 at granularity 4: four 3090s (8-sample waves) measured at 64 and 68; one rank's
+    medians, 2 % low at 64 and 1.5 % high at 68, say its tile is 16 (68 padded to 80), the others' say
+    8. Taking the tier's widest read 80 samples as costing no more than 68, and the second re-plan put
+    80 on two of them (11 % slower than predicted). The tier takes the narrowest tile its ranks show."""
+    speed = 400.0
+
+    def rank(index: int, noise_64: float, noise_68: float) -> RankMeasure:
+        now_s = stair_s(68, 68, 8, speed) * noise_68
+        return RankMeasure(rank=index, samples_per_s=68 / now_s, current_samples=68, link_bytes_per_s=1e10,
+                           micro_batch=68, tier="3090", compute_points=((64, stair_s(64, 64, 8, speed) * noise_64),),
+                           compute_point_micro_batches=(64,))
+    ranks = [rank(0, 0.98, 1.015), rank(1, 1.0, 1.0), rank(2, 1.0, 1.0), rank(3, 1.0, 1.0)]
+    assert learned_tile(ranks[0].measured_points(), 4) == 16  # its own medians alone
+    assert learned_tile(ranks[1].measured_points(), 4) == 8
+    read = with_stairs(ranks, PlanRequest(global_batch=272, gradient_bytes=1e6, granularity=4, max_micro_batch=133))
+    assert [m.tile_samples for m in read] == [8, 8, 8, 8]
+    for m in read:  # 80 samples are 10 waves of 8, not the 9 of 68: every curve says they cost 11 % more
+        curve = m.compute_curve()
+        assert curve.time_s(80) > 1.08 * curve.time_s(68), m.rank
+        truth_s = stair_s(80, 80, 8, speed)
+        assert abs(curve.time_s(80) - truth_s) / truth_s < 0.05, m.rank
+
+
+def test_a_pair_that_takes_the_same_time_for_less_work_reveals_the_tile() -> None:
+    """Seed 31 gen-03 at granularity 4: a 5070 Ti (8-sample waves) ran 96 as 2 x 48, then 88 as 2 x 44,
+    in the same time (44 pads to 48). At the granularity 88 is 8 % less work than 96, and only a fixed
+    cost of the whole step could hide that; read as one stair, 80 in one pass is 10 waves, not the
+    flat line's 12, and the re-plan can move work off the card (it had kept 96 on its tier-mate)."""
+    speed = 380.0
+    points = [(96, 48, stair_s(96, 48, 8, speed)), (88, 44, stair_s(88, 44, 8, speed))]
+    assert learned_tile(points, 4) == 8
+    now_s = points[1][2]
+    rank = RankMeasure(rank=0, samples_per_s=88 / now_s, current_samples=88, link_bytes_per_s=1e10, micro_batch=44,
+                       tier="5070 Ti", compute_points=((96, points[0][2]),), compute_point_micro_batches=(48,))
+    read = with_stairs([rank], PlanRequest(global_batch=88, gradient_bytes=1e6, granularity=4, max_micro_batch=84))
+    truth_s = stair_s(80, 80, 8, speed)
+    assert read[0].tile_samples == 8
+    assert abs(read[0].compute_curve().time_s(80) - truth_s) / truth_s < 0.03
+    # a pair that grows with its work, less a fixed cost (the step's 40 %, as the time-sliced H200's),
+    # shows nothing: 256 in 22.1 ms, 512 in 35.3 ms
+    assert learned_tile([(256, 256, 0.0221), (512, 512, 0.0353)], 4) == 4
