@@ -18,6 +18,7 @@ from rich.style import Style
 from rich.text import Text
 
 SegmentLines = list[list[Segment]]
+_NULL_STYLE = Style()  # a cell's own style when it has none: adds nothing, made once
 
 
 class TableFlags(NamedTuple):
@@ -58,5 +59,5 @@ def plain_cell(table: Any, row_index: int, column_index: int, base_style: Style,
         False, False, False, hover, cursor, flags.show_cursor, flags.show_hover_cursor,
         flags.css_foreground, flags.css_background)
     pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
-    own = cell.style if isinstance(cell.style, Style) else Style.parse(cell.style) if cell.style else Style()
+    own = cell.style if isinstance(cell.style, Style) else Style.parse(cell.style) if cell.style else _NULL_STYLE
     return [[Segment(text, pre_style + own + post_style)]]

@@ -121,7 +121,7 @@ class KeyedTable(DataTable):
         row_style = self._get_row_style(row_index, base_style)
         cursor, hover = cursor_location.row == row_index, hover_location.row == row_index  # _should_highlight, "row"
         columns = self.ordered_columns
-        widths = [column.get_render_width(self) for column in columns]
+        widths = self._render_widths(columns)
         scrollable_row = []
         for column_index, (column, width) in enumerate(zip(columns, widths, strict=True)):
             lines = self._plain_cell(row_key, column.key, row_index, column_index, row_style, width, cursor, hover, flags)
@@ -218,12 +218,18 @@ class KeyedTable(DataTable):
         if visible:
             self.refresh(*visible)
 
+    def _render_widths(self, columns: list[Any]) -> list[int]:
+        """Column.get_render_width of each column, the padding read once (it is a reactive: each
+        read is several calls)."""
+        padding = 2 * self.cell_padding
+        return [padding + (column.content_width if column.auto_width else column.width) for column in columns]
+
     def _cell_regions(self, cells: list[tuple[str, str]]) -> list[Region]:
         """DataTable._get_cell_region of each (row key, column key), the columns' and rows' offsets
         summed once: it summed the widths of every column and the heights of every row before the
         cell, for each cell (most of a busy GPU's table sync, issue 13)."""
         columns = self.ordered_columns
-        widths = [column.get_render_width(self) for column in columns]
+        widths = self._render_widths(columns)
         lefts = list(accumulate(widths, initial=self._row_label_column_width))
         rows = self.ordered_rows
         tops = list(accumulate((row.height for row in rows), initial=self.header_height if self.show_header else 0))

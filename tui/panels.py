@@ -206,15 +206,15 @@ def chart_block(values: list[float | None], width: int, rows: int, top: float | 
 def _chart_lines(recent: tuple[float | None, ...], width: int, rows: int, top: float | None) -> tuple[str, ...]:
     if not top or top <= 0:
         return ("",) * rows
-    eighths = [None if v is None else round(min(1.0, max(0.0, v / top)) * rows * 8) for v in recent]
-    out = []
-    for row in range(rows - 1, -1, -1):
-        chars = []
-        for level in eighths:
-            filled = 0 if level is None else level - row * 8
-            chars.append(" " if filled <= 0 else CHART_LEVELS[min(filled, 8) - 1])
-        out.append("".join(chars).rjust(width))
-    return tuple(out)
+    # each value's height in eighths of a row, 0 to rows * 8 (a gap: 0); clamped by comparisons, not
+    # min/max calls: a chart is a few hundred values, drawn again whenever its history moves
+    eighths = [0 if v is None else round((0.0 if f <= 0.0 else 1.0 if f >= 1.0 else f) * rows * 8)
+               for v in recent for f in (0.0 if v is None else v / top,)]
+    # a cell `filled` eighths above its row's bottom, looked up at filled + rows * 8: blank at 0 and below,
+    # a partial block from 1 to 7, full from 8 on
+    cells = " " * (rows * 8 + 1) + CHART_LEVELS[:-1] + CHART_LEVELS[-1] * (rows * 8)
+    return tuple("".join([cells[level - row * 8 + rows * 8] for level in eighths]).rjust(width)
+                 for row in range(rows - 1, -1, -1))
 
 
 def process_summary(processes: list[dict[str, Any]]) -> str:

@@ -8,7 +8,7 @@ background), a third of the dashboard's work per snapshot. Most lines come from 
 still went through the widget's style cache, the line filters and a cut into chops. `install()`
 renders, for each changed row, only the widgets on that row whose columns meet a changed span, and
 only those rows of them (with the few unchanged rows between two, from the widget's cache, in the
-same pass), front to back as Textual does; what is written is the same chops for the
+same pass; none where widgets in front filled the row already), front to back as Textual does; what is written is the same chops for the
 same spans. Full updates (resize, a new screen) and the SVG export stay Textual's own. textual is
 pinned below 9; `installed()` says whether it took.
 """
@@ -50,12 +50,16 @@ def render_partial_update(self: Compositor) -> ChopsUpdate | None:
         if not render_region:
             continue
         first_cut, last_cut = render_region.column_span
+        # its rows with a change in its columns and a chop there that no widget in front has filled (the
+        # screen behind everything was rendered for every changed row, and none of it used)
         rows = [y for y in render_region.line_range
-                if y in by_row and any(x1 < last_cut and x2 > first_cut for x1, x2 in by_row[y])]
+                if y in by_row and any(x1 < last_cut and x2 > first_cut for x1, x2 in by_row[y])
+                and _open(chops[y], cuts[y], first_cut, last_cut, by_row[y])]
+        wanted = set(rows)
         for first, last in _blocks(rows, MERGE_GAP_ROWS):
             crop = Region(render_region.x - region.x, first - region.y, render_region.width, last - first + 1)
             for y, strip in zip(range(first, last + 1), widget.render_lines(crop), strict=False):
-                if y in by_row:  # a row between two changes: rendered with them, not written
+                if y in wanted:  # a row between two: rendered with them, not used
                     _fill(chops[y], cuts[y], strip, render_region.x, first_cut, last_cut)
     chop_ends = [cut_set[1:] for cut_set in cuts]
     return ChopsUpdate(chops, spans, chop_ends)
@@ -71,6 +75,16 @@ def _blocks(rows: list[int], gap: int) -> list[tuple[int, int]]:
         else:
             blocks.append((y, y))
     return blocks
+
+
+def _open(line: dict[int, Strip | None], line_cuts: list[int], first_cut: int, last_cut: int,
+          row_spans: list[tuple[int, int]]) -> bool:
+    """Whether `_fill` would fill a chop of this line that is written: one of the widget's, still empty,
+    that a changed span meets as ChopsUpdate.render_segments reads them (a chop from x to end is
+    skipped when x > x2 or end <= x1). Filling any other changes nothing written."""
+    return bool([cut for cut, end in zip(line_cuts, line_cuts[1:], strict=False)
+                 if first_cut <= cut < last_cut and line.get(cut, False) is None
+                 for x1, x2 in row_spans if cut <= x2 and end > x1])
 
 
 def _fill(line: dict[int, Strip | None], line_cuts: list[int], strip: Strip, render_x: int,
