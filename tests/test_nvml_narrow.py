@@ -88,9 +88,12 @@ def test_the_walk_follows_closures_methods_and_bases() -> None:
 CALLS = r"""
 import json, sys, ctypes, pynvml
 
-class FakeLibrary:  # every NVML entry point answers NVML_SUCCESS and writes nothing
-    def __getattr__(self, name):
+class FakeLibrary:  # every NVML entry point answers NVML_SUCCESS and writes nothing, but for the process lists:
+    def __getattr__(self, name):  # one process, so their structures and conversions run too
         def entry(*args):
+            if "RunningProcesses" in name and args[2] is None:
+                args[1]._obj.value = 1
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
             return 0
         return entry
 
@@ -121,7 +124,10 @@ for name in sorted(NAMES_USED):
         args = (handle, 0) if name.startswith("nvmlDeviceGetNvLink") else (handle,)
     try:
         value = function(*args)
-        results[name] = type(value).__name__ + ":" + (repr(value) if isinstance(value, (int, str, float, list)) else
+        shown = [value[0] if value else None] if isinstance(value, list) and value and not isinstance(value[0], int) else value
+        if isinstance(shown, list) and shown and shown[0] is not None:
+            shown = [sorted(k for k in vars(shown[0]) if not k.startswith("_"))]
+        results[name] = type(value).__name__ + ":" + (repr(shown) if isinstance(value, (int, str, float, list)) else
                                                       repr(sorted(k for k in dir(value) if not k.startswith("_"))))
     except Exception as error:
         results[name] = "raised " + type(error).__name__ + ": " + str(error)
@@ -145,6 +151,7 @@ def test_every_call_gpumix_makes_behaves_the_same_after_narrowing() -> None:
     assert not raised, raised
     assert narrowed["calls"] == full["calls"]
     assert sum(outcome.startswith("raised") for outcome in full["calls"].values()) < len(full["calls"]) // 2
+    assert "usedGpuMemory" in full["calls"]["nvmlDeviceGetComputeRunningProcesses"]  # the list of one ran
     assert narrowed["constants"] == full["constants"]  # every constant gpumix reads, the brands and errors stay
     assert len(full["constants"]) > 60
     assert narrowed["not_supported"] == "NVMLError_NotSupported" and narrowed["is_not_supported"]
