@@ -78,6 +78,21 @@ def test_uuid_loads_at_the_first_notification_and_answers_as_the_real_module(tmp
     assert outcome["real"] == "module"
 
 
+def test_difflib_answers_a_css_error_with_its_suggestion(tmp_path: Path) -> None:
+    outcome = run("""
+        import json, sys
+        import gpumix.tui.app
+        before = type(sys.modules["difflib"]).__name__
+        from textual.suggestions import get_suggestion
+        suggestion = get_suggestion("colr", ["color", "background", "border"])
+        import difflib
+        print(json.dumps({"before": before, "suggestion": suggestion, "after": type(difflib).__name__,
+                          "ratio": difflib.SequenceMatcher(None, "abc", "abd").ratio()}))
+    """, tmp_path)
+    assert outcome["before"] == "StandInModule" and outcome["after"] == "module"
+    assert outcome["suggestion"] == "color" and abs(outcome["ratio"] - 2 / 3) < 1e-9
+
+
 def test_nothing_is_installed_once_a_module_has_loaded(tmp_path: Path) -> None:
     result = run("""
         import json, sys

@@ -3,7 +3,9 @@
 - `platformdirs` (~0.4 MB with its Unix backend): `textual.app` imports `user_downloads_path` for the one place
   it saves a file the app delivers (App.deliver_binary), which gpumix-top never calls;
 - `uuid` with `platform` (~0.2 MB): `textual.notifications` imports `uuid4` for a notification's id, and
-  `textual.app` uuid for deliver_binary; a notification (a toast) or a new plan's id loads it.
+  `textual.app` uuid for deliver_binary; a notification (a toast) or a new plan's id loads it;
+- `difflib` (~0.1 MB): `textual.suggestions` imports `get_close_matches` to suggest a name in a CSS error
+  ("did you mean ...?"), which the app's own CSS never raises.
 
 Installed before Textual loads, each is a stand-in module: the functions named here call the real ones, and any
 other name loads the real module, which then takes its own place in sys.modules (a later import gets it).
@@ -22,7 +24,8 @@ from importlib.machinery import ModuleSpec
 from typing import Any
 
 # module -> the names others import from it as Textual loads (forwarded until the real module loads)
-STAND_INS: dict[str, tuple[str, ...]] = {"platformdirs": ("user_downloads_path",), "uuid": ("uuid4",)}
+STAND_INS: dict[str, tuple[str, ...]] = {"platformdirs": ("user_downloads_path",), "uuid": ("uuid4",),
+                                          "difflib": ("get_close_matches",)}
 _lock = threading.RLock()
 
 
