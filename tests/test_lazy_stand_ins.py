@@ -93,6 +93,18 @@ def test_difflib_answers_a_css_error_with_its_suggestion(tmp_path: Path) -> None
     assert outcome["suggestion"] == "color" and abs(outcome["ratio"] - 2 / 3) < 1e-9
 
 
+def test_mimetypes_answers_through_textual_apps_module_binding(tmp_path: Path) -> None:
+    outcome = run("""
+        import json, sys
+        import gpumix.tui.app
+        import textual.app
+        before = type(sys.modules["mimetypes"]).__name__
+        guessed = textual.app.mimetypes.guess_type("screen.svg")
+        print(json.dumps({"before": before, "guessed": guessed, "after": type(sys.modules["mimetypes"]).__name__}))
+    """, tmp_path)
+    assert outcome == {"before": "StandInModule", "guessed": ["image/svg+xml", None], "after": "module"}
+
+
 def test_nothing_is_installed_once_a_module_has_loaded(tmp_path: Path) -> None:
     result = run("""
         import json, sys

@@ -5,7 +5,8 @@
 - `uuid` with `platform` (~0.2 MB): `textual.notifications` imports `uuid4` for a notification's id, and
   `textual.app` uuid for deliver_binary; a notification (a toast) or a new plan's id loads it;
 - `difflib` (~0.1 MB): `textual.suggestions` imports `get_close_matches` to suggest a name in a CSS error
-  ("did you mean ...?"), which the app's own CSS never raises.
+  ("did you mean ...?"), which the app's own CSS never raises;
+- `mimetypes` (~0.1 MB): `textual.app` imports it for deliver_binary/deliver_text's file types.
 
 Installed before Textual loads, each is a stand-in module: the functions named here call the real ones, and any
 other name loads the real module, which then takes its own place in sys.modules (a later import gets it).
@@ -25,7 +26,7 @@ from typing import Any
 
 # module -> the names others import from it as Textual loads (forwarded until the real module loads)
 STAND_INS: dict[str, tuple[str, ...]] = {"platformdirs": ("user_downloads_path",), "uuid": ("uuid4",),
-                                          "difflib": ("get_close_matches",)}
+                                          "difflib": ("get_close_matches",), "mimetypes": ()}  # (): the module only
 _lock = threading.RLock()
 
 
