@@ -264,7 +264,8 @@ async def test_a_fit_keeps_the_marks_and_a_cap_change_that_used_them_says_it_cle
         marked = set(table.marked)
         assert len(marked) == 3
         await pilot.press("b")
-        await wait_for(pilot, lambda: isinstance(app.screen, FitScreen), "the fit dialog")
+        # the dialog with its buttons: pushed, a screen composes its children a moment later
+        await wait_for(pilot, lambda: isinstance(app.screen, FitScreen) and app.screen.query("#apply"), "the fit dialog")
         await pilot.click("#apply")
         await wait_for(pilot, lambda: app.last_control_reply is not None, "the fit applied")
         assert app.last_control_reply["ok"] and table.marked == marked  # the fit was not for them
