@@ -25,11 +25,13 @@ async def test_cell_regions_are_datatables_for_every_cell() -> None:
         expected = [table._get_cell_region(Coordinate(table.get_row_index(key), table.get_column_index(column)))
                     for key, column in cells]
         assert table._cell_regions(cells) == expected
-        table.show_header = False
-        await pilot.pause()
-        expected = [table._get_cell_region(Coordinate(table.get_row_index(key), table.get_column_index(column)))
-                    for key, column in cells]
-        assert table._cell_regions(cells) == expected
+        for show_header, padding in ((False, 1), (True, 0), (True, 3)):
+            table.show_header, table.cell_padding = show_header, padding
+            await pilot.pause()
+            expected = [table._get_cell_region(Coordinate(table.get_row_index(key), table.get_column_index(column)))
+                        for key, column in cells]
+            assert table._cell_regions(cells) == expected, (show_header, padding)
+            assert table._render_widths(table.ordered_columns) == [c.get_render_width(table) for c in table.ordered_columns]
 
 
 HISTORIES: list[object] = [
@@ -202,3 +204,117 @@ def test_a_chart_is_drawn_as_before() -> None:
         width, rows = rng.randint(len(values), len(values) + 5), rng.randint(1, 9)
         assert panels._chart_lines.__wrapped__(values, width, rows, top) == \
             _chart_lines_as_drawn_before(values, width, rows, top), (values, width, rows, top)
+
+
+async def test_the_screen_behind_is_rendered_only_where_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+    from textual.app import App, ComposeResult
+    from textual.geometry import Region
+    from textual.widget import Widget
+
+    from gpumix.tui import partial_render, terminal_writes
+    from gpumix.tui.text_panel import TextPanel
+
+    class SideApp(App[None]):
+        CSS = "Screen { background: $warning 20%; } #a { width: 30; height: 4; } #b { width: 40; height: 6; }"
+
+        def compose(self) -> ComposeResult:
+            yield TextPanel("\n".join(f"a line {n}" for n in range(4)), id="a")
+            yield TextPanel("\n".join(f"b line {n} 名前" for n in range(6)), id="b")
+
+    app = SideApp()
+    async with app.run_test(size=(60, 12)) as pilot:
+        await pilot.pause()
+        compositor = app.screen._compositor
+        # rows 1-2 on the first panel and past its right edge (the screen shows there), rows 5-6 on the
+        # second panel only, row 11 below both (only the screen)
+        dirty = {Region(2, 1, 40, 2), Region(0, 5, 20, 2), Region(5, 11, 30, 1)}
+        screen_rows: list[int] = []
+        original = Widget.render_lines
+        monkeypatch.setattr(Widget, "render_lines",
+                            lambda widget, crop: (screen_rows.extend(crop.line_range) if widget is app.screen else None,
+                                                  original(widget, crop))[1])
+        compositor._dirty_regions = set(dirty)
+        ours = partial_render.render_partial_update(compositor)
+        monkeypatch.undo()
+        assert set(screen_rows) >= {1, 2, 11} and not set(screen_rows) & {5, 6}, screen_rows
+        compositor._dirty_regions = set(dirty)
+        theirs = partial_render._textual_render_partial_update(compositor)
+        assert ours is not None and theirs is not None and ours.spans == theirs.spans
+        console = Console(width=60, height=12, force_terminal=True, color_system="truecolor")
+        assert terminal_writes._textual_render_segments(ours, console) == \
+            terminal_writes._textual_render_segments(theirs, console)
+        assert terminal_writes.render_segments(ours, console) == terminal_writes.render_segments(theirs, console)
+
+
+def _spark_as_drawn_before(values: object, width: int, top: object = None, relative: bool = False) -> str:
+    """fmt.spark as session 8 drew it (a number() and min/max per value)."""
+    from gpumix.tui import format as fmt
+
+    recent = [fmt.number(v) for v in (values if isinstance(values, list) else [])[-width:]]
+    known = [v for v in recent if v is not None]
+    bottom = min(known) if relative and known else 0.0
+    top = fmt.number(top) or (max(known) if known else 0.0)
+    half_scale = top / 2 - bottom / 2  # type: ignore[operator]
+    chars = []
+    for value in recent:
+        if value is None or half_scale <= 0:
+            chars.append(" " if value is None or not relative else fmt.SPARK[0])
+        else:
+            fraction = min(1.0, max(0.0, (value / 2 - bottom / 2) / half_scale))
+            chars.append(fmt.SPARK[int(fraction * (len(fmt.SPARK) - 1) + 0.5)])
+    return "".join(chars).rjust(width)
+
+
+def test_a_sparkline_is_drawn_as_before() -> None:
+    import random
+
+    from gpumix.tui import format as fmt
+
+    rng = random.Random(9)
+    odd = [None, True, 1, "7", float("nan"), float("inf"), -float("inf"), 1.7e308, -1.7e308, 5e-324, -0.0, {"x": 1}]
+    for _ in range(600):
+        scale = rng.choice([1.0, 100.0, 31.5e9, 1e-300, 1.7e308])
+        values = [rng.choice([rng.uniform(-0.2, 1.2) * scale, scale * rng.randint(0, 14) / 14, rng.choice(odd)])
+                  if rng.random() < 0.5 else rng.uniform(0, scale) for _ in range(rng.randint(0, 60))]
+        if rng.random() < 0.5:
+            values = [v for v in values if isinstance(v, float) and v == v and abs(v) != float("inf")]  # the usual case
+        top = rng.choice([None, scale, 0.0, True, float("nan"), scale / 3])
+        width, relative = rng.randint(1, 70), rng.random() < 0.3
+        assert fmt.spark(values, width, top, relative) == _spark_as_drawn_before(values, width, top, relative), \
+            (values, width, top, relative)
+    assert fmt.spark("not a list", 4) == _spark_as_drawn_before("not a list", 4) == "    "
+
+
+def test_a_line_is_as_wide_as_rich_measures_it() -> None:
+    import random
+
+    import rich.cells
+    from rich.cells import cell_len, get_character_cell_size
+
+    from gpumix.tui.text_panel import cell_width
+
+    assert rich.cells._SINGLE_CELLS and all(get_character_cell_size(c) == 1 for c in rich.cells._SINGLE_CELLS)
+    rng = random.Random(5)
+    alphabet = "abc 0123–·Σ▁█名前\x1b\x07\u200b\u0301\u00ad\ufe0f\u200d👍🏽é\u2028" + "".join(map(chr, range(0x2000, 0x2070)))
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert cell_width(text) == cell_len(text), repr(text)
+    assert cell_width(" util ▁▂▃ 64%   power ▁▂ 301/450 W (100–450, def 450)") == 53  # the en dash: one cell
+
+
+def test_a_chop_starts_with_the_cursor_move_rich_writes() -> None:
+    from rich.console import Console
+    from rich.control import Control
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual._compositor import ChopsUpdate
+    from textual.strip import Strip
+
+    from gpumix.tui.terminal_writes import render_segments
+
+    console = Console(width=300, height=200, force_terminal=True, color_system="truecolor")
+    for x, y in ((0, 0), (5, 3), (9, 9), (10, 10), (99, 48), (250, 150)):
+        strip = Strip([Segment("ab", Style(bold=True))], 2)
+        update = ChopsUpdate([{} for _ in range(y)] + [{x: strip}], [(y, x, x + 2)], [[] for _ in range(y)] + [[x + 2]])
+        assert render_segments(update, console).startswith(Control.move_to(x, y).segment.text + "\x1b[")

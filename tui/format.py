@@ -157,21 +157,22 @@ SPARK = "▁▂▃▄▅▆▇█"
 def spark(values: list[float | None], width: int, top: float | None = None, relative: bool = False) -> str:
     """The last `width` values as one line of block characters, scaled 0..`top` (or the max);
     `relative` scales min..max instead, for a trend such as a loss curve."""
-    recent = [number(v) for v in (values if isinstance(values, list) else [])[-width:]]  # NaN, inf: gaps
+    tail = (values if isinstance(values, list) else [])[-width:]
+    floats = finite_floats(tail)  # a history as the hub keeps it: no `number` per value
+    recent = list(floats) if floats is not None else [number(v) for v in tail]  # NaN, inf: gaps
     known = [v for v in recent if v is not None]
     bottom = min(known) if relative and known else 0.0
     top = number(top) or (max(known) if known else 0.0)
     # Halved, so that top - bottom cannot overflow for readings near ±1.8e308.
     half_scale = top / 2 - bottom / 2
-    chars = []
-    for value in recent:
-        if value is None or half_scale <= 0:
-            chars.append(" " if value is None or not relative else SPARK[0])
-        else:
-            fraction = min(1.0, max(0.0, (value / 2 - bottom / 2) / half_scale))  # inf for a subnormal scale
-            level = int(fraction * (len(SPARK) - 1) + 0.5)
-            chars.append(SPARK[level])
-    return "".join(chars).rjust(width)
+    if half_scale <= 0:
+        return "".join([" " if value is None or not relative else SPARK[0] for value in recent]).rjust(width)
+    # each value's share of the scale, clamped to 0..1 by comparisons (inf for a subnormal scale: 1), then
+    # its level rounded half up; one call a value, not four (a sparkline is drawn whenever its values move)
+    steps = len(SPARK) - 1
+    return "".join([" " if value is None else SPARK[int((0.0 if share <= 0.0 else 1.0 if share >= 1.0 else share) * steps + 0.5)]
+                    for value in recent for share in (0.0 if value is None else (value / 2 - bottom / 2) / half_scale,)]
+                   ).rjust(width)
 
 
 _FLOAT_OR_NONE = frozenset({float, type(None)})

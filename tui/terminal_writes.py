@@ -21,7 +21,6 @@ from collections.abc import Iterable
 from rich.cells import cell_len
 from rich.color import ColorSystem
 from rich.console import Console
-from rich.control import Control
 from rich.segment import Segment
 from textual._compositor import ChopsUpdate
 from textual.strip import Strip
@@ -45,7 +44,7 @@ def render_segments(self: ChopsUpdate, console: Console) -> str:
             if start > x and strip.cell_length != len(strip.text):
                 start = x  # a wide (or zero-width) character: cropping inside one would blank its half
 
-            sequences.append(Control.move_to(start, y).segment.text)
+            sequences.append(f"\x1b[{y + 1};{start + 1}H")  # Control.move_to(start, y)'s text, no Control made
             _render_strip(_cropped(strip, start - x, min(end, x2) - x), color_system, state, sequences)
     if state[0] != "":
         sequences.append(RESET)

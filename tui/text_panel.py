@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import rich.cells
-from rich.cells import cell_len
+from rich.cells import cell_len, get_character_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -33,6 +33,22 @@ from gpumix.tui import partial_render, terminal_writes
 # Whether every character of a line takes one cell (its cell_len is its len): Rich's own test, as
 # cell_len makes it; without it (another Rich), cell_len.
 _single_cells: Callable[[str], bool] = getattr(rich.cells, "_is_single_cell_widths", lambda text: False)
+
+_SINGLE_CELLS: frozenset[str] = getattr(rich.cells, "_SINGLE_CELLS", frozenset())
+
+
+def cell_width(text: str) -> int:
+    """cell_len(text). A line whose numbers change every snapshot misses Rich's cache, and Rich then
+    measures every character in a generator (a busy detail panel's line with an en dash: a hundred
+    calls); here only the characters it does not know to be one cell wide are measured, one call
+    each in C. Joiners and variation selectors, which Rich measures as graphemes: cell_len itself."""
+    if _single_cells(text):
+        return len(text)
+    if "\u200d" in text or "\ufe0f" in text or not _SINGLE_CELLS:
+        return cell_len(text)
+    others = [char for char in text if char not in _SINGLE_CELLS]
+    return len(text) - len(others) + sum(map(get_character_cell_size, others))
+
 
 MERGE_GAP = 12  # unchanged columns between two changes that cost less to rewrite than to skip
 # (a cursor move and the style opened again take about as many bytes)
@@ -66,8 +82,8 @@ def changed_regions(old: list[str], new: list[str], width: int, old_fit: bool = 
         if _single_cells(after) and _single_cells(before):  # one C call each; cell_len took three
             after_cells, narrow = len(after), True
         else:
-            after_cells = cell_len(after)
-            narrow = cell_len(before) == len(before) and after_cells == len(after)
+            after_cells = cell_width(after)
+            narrow = cell_width(before) == len(before) and after_cells == len(after)
         if after_cells > width:
             return None
         if not narrow:  # wide characters
@@ -116,7 +132,7 @@ class TextPanel(Static):
         elif regions:
             self._stale_lines.update(region.y for region in regions)
             offset = self.content_offset  # the gutter's styles, looked up once, not per region
-            self._line_regions.update(region.translate(offset) for region in regions)
+            self._line_regions.update([region.translate(offset) for region in regions])
             self.refresh(*regions)
 
     def _same_height(self, old: list[str], new: list[str]) -> bool:
@@ -155,7 +171,7 @@ class TextPanel(Static):
         the panel's cost per snapshot, issue 13); anything else goes through Content."""
         text = (self._lines or [""])[y]
         if text and text.isprintable() and text[-1] != " " and aligned_left:
-            width = len(text) if _single_cells(text) else cell_len(text)
+            width = cell_width(text)
             if width <= content_width:
                 return Strip([Segment(text, visual_style.rich_style_with_offset(0, y))], width)
         line = visualize(self, Text(text), markup=False)
