@@ -30,6 +30,10 @@ ABOVE_STOCK_EXPONENT = 0.25  # assumed speed ~ cap^this above stock: the prior's
 # a fit that raises a card is kept only where it is predicted this much faster than the one that
 # does not, and only where every card in the job has a learned curve (its cuts' costs are measured)
 RAISE_MIN_GAIN = 0.01
+# the draw that buys no speed, as a share of the default limit (a GeForce card idles at ~20-35 W: the
+# split-draw idle prior); below a learned curve's measured caps speed is taken at most in proportion to
+# the watts above it
+STATIC_SHARE_PRIOR = 0.08
 ABOVE_STOCK_CURVE = f"above stock: assumed throughput x (cap/stock)^{ABOVE_STOCK_EXPONENT:g}, not measured"
 
 
@@ -110,12 +114,28 @@ class BudgetFit:
 
 def _relative_time(gpu: GpuPower, cap_w: float) -> float:
     """Compute time at cap_w over that at top (the higher of the default limit and the highest
-    measured cap): the step model's curve up to top, the assumed shape above it."""
+    measured cap): the step model's curve up to top, the assumed shape above it; below a learned
+    curve's lowest measured cap, no faster than the static-power bound (_below_measured_bound)."""
     curve = gpu.power_curve()
     top_w = max([gpu.default_w, *(c for c, _ in curve.points)])
     if cap_w <= top_w:
-        return curve.time_ratio(top_w, cap_w)
+        ratio = curve.time_ratio(top_w, cap_w)
+        if len(curve.points) >= 2 and cap_w < curve.points[0][0]:
+            low_w = curve.points[0][0]
+            ratio = max(ratio, curve.time_ratio(top_w, low_w) * _below_measured_bound(gpu.default_w, low_w, cap_w))
+        return ratio
     return (top_w / cap_w) ** ABOVE_STOCK_EXPONENT
+
+
+def _below_measured_bound(default_w: float, low_w: float, cap_w: float) -> float:
+    """Time at cap_w over time at low_w (a lower cap than the lowest measured) when speed is at most in
+    proportion to the watts above static draw: at low caps the voltage is at its floor and the clock
+    follows dynamic power alone; a part of the step that does not slow (fixed costs) only makes the
+    true ratio smaller. The step model's extrapolation there (the prior's fourth root, or the lowest
+    segment's line) is kinder than every published sweep below ~70 % of the default limit."""
+    static_w = STATIC_SHARE_PRIOR * default_w
+    floor_w = 0.01 * default_w  # a cap at or under the static draw: very slow, still finite
+    return max(1.0, (low_w - static_w) / max(cap_w - static_w, floor_w))
 
 
 def _time_ratio(gpu: GpuPower, from_w: float, to_w: float) -> float:
@@ -192,7 +212,7 @@ def _fit(gpus: list[GpuPower], budget_w: float, step_w: float, raise_above_stock
     total_default = sum(gpu.default_w for gpu in gpus) or 1.0
     lowest_w = {gpu.index: _lowest_measured_w(gpu) for gpu in gpus}
     while sum(caps.values()) > budget_w + 1e-9:
-        best: tuple[tuple[bool, float, float], GpuPower] | None = None
+        best: tuple[tuple[bool, float, bool, float], GpuPower] | None = None
         for gpu in gpus:
             cut = min(step_w, caps[gpu.index] - gpu.min_w, sum(caps.values()) - budget_w)
             if cut <= 1e-9:
@@ -205,9 +225,12 @@ def _fit(gpus: list[GpuPower], budget_w: float, step_w: float, raise_above_stock
                 cost = 0.0  # not in the running job: its watts cost the job nothing
             else:
                 cost = _standalone_loss(gpu, caps, cut, gpu.default_w / total_default)
-            # watts inside a learned curve's measured caps first (below them it is extrapolated, and
-            # speed falls fastest there); then least cost per watt; on a tie, the card furthest above its minimum
-            key = (caps[gpu.index] - cut < lowest_w[gpu.index] - 1e-9, cost / cut, -(caps[gpu.index] - gpu.min_w))
+            # watts that cost something below a learned curve's measured caps come last (extrapolated,
+            # and speed falls fastest there); a card that still waits under the static-power bound gives
+            # them for free, after the free measured ones. Then least cost per watt; on a tie, the
+            # card furthest above its minimum
+            below = caps[gpu.index] - cut < lowest_w[gpu.index] - 1e-9
+            key = (below and cost > 1e-12, cost / cut, below, -(caps[gpu.index] - gpu.min_w))
             if best is None or key < best[0]:
                 best = (key, gpu)
         if best is None:
