@@ -143,7 +143,6 @@ async def test_a_panel_changed_on_rows_apart_renders_once_and_writes_what_textua
         demo_hub: object, monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console
     from textual.geometry import Region
-    from textual.widget import Widget
 
     from gpumix.tui import partial_render, terminal_writes
     from gpumix.tui.app import GpumixApp
@@ -158,8 +157,8 @@ async def test_a_panel_changed_on_rows_apart_renders_once_and_writes_what_textua
         compositor = app.screen._compositor
         dirty = {Region(6, top + 1, 4, 1), Region(30, top + 3, 8, 1), Region(2, top + 5, 3, 1), Region(0, top + 14, 50, 1)}
         passes: list[int] = []
-        original = Widget.render_lines
-        monkeypatch.setattr(Widget, "render_lines",
+        original = type(detail).render_lines  # the panel's own (Widget's when it falls back)
+        monkeypatch.setattr(type(detail), "render_lines",
                             lambda widget, crop: (passes.append(crop.height) if widget is detail else None,
                                                   original(widget, crop))[1])
         compositor._dirty_regions = set(dirty)
@@ -318,3 +317,47 @@ def test_a_chop_starts_with_the_cursor_move_rich_writes() -> None:
         strip = Strip([Segment("ab", Style(bold=True))], 2)
         update = ChopsUpdate([{} for _ in range(y)] + [{x: strip}], [(y, x, x + 2)], [[] for _ in range(y)] + [[x + 2]])
         assert render_segments(update, console).startswith(Control.move_to(x, y).segment.text + "\x1b[")
+
+
+async def test_a_panels_content_lines_are_what_textual_renders(demo_hub: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from textual._styles_cache import StylesCache
+    from textual.geometry import Region
+    from textual.widget import Widget
+
+    from gpumix.tui.app import GpumixApp
+    from gpumix.tui.text_panel import TextPanel
+    from tests.screen import started
+
+    app = GpumixApp(demo_hub, interval_s=60)  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, app)
+        app._set_text("#title", "名前 \x1b[31m wide and escaped " + app.query_one("#title", TextPanel).text)
+        await pilot.pause()
+        through_textual: list[int] = []
+        original = StylesCache.render_widget
+        monkeypatch.setattr(StylesCache, "render_widget",
+                            lambda cache, widget, crop: (through_textual.append(1), original(cache, widget, crop))[1])
+        checked = fast = 0
+        for theme, stale in (("gpumix-dark", False), ("gpumix-light", False), ("gpumix-16", False), ("gpumix-dark", True)):
+            app.theme = theme
+            app.set_class(stale, "-stale")
+            await pilot.pause()
+            for panel in app.query(TextPanel):
+                width, height = panel.region.size
+                top, bottom = panel.styles.gutter.top, height - panel.styles.gutter.bottom
+                crops = [Region(0, top, width, bottom - top), Region(0, top, width, 1), Region(3, bottom - 1, width - 5, 1),
+                         Region(0, 0, width, height)]
+                for crop in crops:
+                    if not crop.height or crop.bottom > height:
+                        continue
+                    panel._styles_cache.clear()
+                    panel._styles_cache._width = width
+                    through_textual.clear()
+                    mine = panel.render_lines(crop)
+                    fast += not through_textual
+                    again = panel.render_lines(crop)  # from the panel's line cache
+                    panel._styles_cache.clear()
+                    theirs = Widget.render_lines(panel, crop)
+                    assert mine == theirs == again, (theme, stale, panel.id, crop)
+                    checked += 1
+        assert checked >= 50 and fast >= 20, (checked, fast)

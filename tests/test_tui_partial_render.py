@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -14,6 +15,7 @@ from gpumix.hub import Hub
 from gpumix.tui import partial_render, terminal_writes
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.gpu_table import GpuTable
+from gpumix.tui.text_panel import TextPanel
 from tests.screen import started
 
 pytestmark = pytest.mark.usefixtures("tui_env")
@@ -27,14 +29,18 @@ async def test_a_change_at_the_top_and_one_at_the_bottom_render_no_widget_betwee
         await pilot.pause()
         rendered: collections.Counter[str] = collections.Counter()
         rows: list[int] = []
-        original = Widget.render_lines
+        original, panel_original = Widget.render_lines, TextPanel.render_lines  # a text panel has its own
 
-        def counted(widget: Widget, crop: Region) -> list:
+        def counted(widget: Widget, crop: Region, _original: Any = original) -> list:
+            if _original is original and isinstance(widget, TextPanel):
+                return _original(widget, crop)  # a panel's own, falling back: counted there
             rendered[type(widget).__name__ + (f"#{widget.id}" if widget.id else "")] += 1
             rows.append(crop.height)
-            return original(widget, crop)
+            return _original(widget, crop)
 
         monkeypatch.setattr(Widget, "render_lines", counted)
+        monkeypatch.setattr(TextPanel, "render_lines",
+                            lambda widget, crop: counted(widget, crop, _original=panel_original))
         for panel in ("#title", "#host"):  # row 0, the bottom rows: their first character
             text = app.query_one(panel).text
             app._set_text(panel, ("X" if text[0] != "X" else "Y") + text[1:])

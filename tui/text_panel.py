@@ -178,6 +178,42 @@ class TextPanel(Static):
         strips = Visual.to_strips(self, line, self.size.width, 1, self.visual_style)
         return _at_row(strips[0], y) if strips else Strip.blank(self.size.width, self.visual_style.rich_style)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Widget.render_lines (StylesCache.render_widget), with the content lines of a plain panel
+        (padding at most: no border, outline, hatch or tint on them, opaque, no links) put together
+        here as StylesCache.render_line puts them: the padding's blanks in the panel's background around
+        the content line made to the content's width. Textual reads every style of the widget again for
+        each line (about 160 calls; a busy GPU's detail panel changes on three to eight lines a
+        snapshot, issue 13). Anything else, a border row included, is Textual's."""
+        styles, cache = self.styles, self._styles_cache
+        size = self.region.size
+        gutter = styles.gutter
+        if self.BLANK or size.width != cache._width or crop.y < gutter.top or crop.bottom > size.height - gutter.bottom \
+                or any(edge for edge, _ in styles.outline) or any(edge for edge, _ in styles.border[1::2]) \
+                or (styles.has_rule("hatch") and styles.hatch != "none") or styles.tint.a \
+                or styles.text_opacity != 1.0 or self.opacity != 1.0 or (self.auto_links and self.hover_style._link_id):
+            return super().render_lines(crop)
+        base_background, background = self.background_colors
+        inner = cache.get_inner_outer(base_background, background)[0].rich_style
+        content_width = self.content_region.width
+        padding = styles.padding
+        left = [Segment(" " * padding.left, inner)] if padding.left else []
+        right = [Segment(" " * padding.right, inner)] if padding.right else []
+        width, filters, lines, dirty = size.width, self.get_line_filters(), cache._cache, cache._dirty_lines
+        strips = []
+        for y in crop.line_range:
+            strip = lines.get(y)
+            if strip is None or y in dirty:
+                content = self.render_line(y - gutter.top).adjust_cell_length(content_width, inner)
+                strip = lines[y] = Strip([*left, *content, *right], width)
+            for line_filter in filters:
+                strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        dirty.difference_update(crop.line_range)
+        if crop.column_span != (0, width):
+            strips = [strip.crop(*crop.column_span) for strip in strips]
+        return strips
+
     def update(self, content: Any = "", *, layout: bool = True) -> None:
         """As `show`: a Text's plain text, a str taken literally (never markup)."""
         self.show(content.plain if isinstance(content, Text) else str(content))
