@@ -121,10 +121,10 @@ def _read_user_theme(path: Path) -> str:
 def _shipped_folder() -> Any:
     """The shipped themes' folder: on disk, read as such; importlib.resources only for a package that is not
     (a zip), since its readers load zipfile and more, ~0.4 MB of the dashboard's RSS (issue 13)."""
-    import gpumix.themes
+    import gpumix  # the themes' folder is a data package under it, found without importing it (layering)
 
-    folder = Path(gpumix.themes.__file__ or "").parent
-    if gpumix.themes.__file__ and folder.is_dir():
+    folder = Path(gpumix.__file__ or "").parent / "themes"
+    if gpumix.__file__ and (folder / "__init__.py").is_file():
         return folder
     from importlib import resources
 
