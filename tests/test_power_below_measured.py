@@ -85,3 +85,18 @@ def test_learned_fits_stay_within_the_budget_and_the_ranges(budget_w: float, pac
     assert sum(caps.values()) <= budget_w + 1e-9
     assert all(g.min_w <= caps[g.index] <= g.max_w for g in gpus)
     assert fit.step_after_s is not None and fit.step_after_s < float("inf")
+
+
+def test_the_supplies_fit_predicts_with_the_same_bound() -> None:
+    # A supply that leaves one 4090 150 W (headroom 0): the layout fit's predicted step is the bound's
+    # 0.232 s, not the step model's kinder 0.138 s (the two fits must not disagree on the same cap).
+    from gpumix.power.layout import parse_layout
+    from gpumix.power.supplies import fit_to_layout
+
+    layout = parse_layout({"headroom": 0.0, "slot_share": 0.0,
+                           "supplies": [{"name": "a", "rating_w": 150, "board": True, "gpus": [0]}]}, 1)
+    gpu = rtx4090(0)
+    fit = fit_to_layout([gpu], layout)
+    assert caps_of(fit) == {0: 150.0}
+    static_w = STATIC_SHARE_PRIOR * gpu.default_w
+    assert fit.step_after_s == pytest.approx(0.1132 * (270 - static_w) / (150 - static_w) + gpu.comm_s, rel=1e-6)

@@ -6,7 +6,9 @@ that waits for the slowest rank loses nothing until it becomes the slowest
 itself, so the fast tier of a mixed box usually gives up watts first.
 Throughput under a cap follows the step model's power curve (gpumix.model.step_model.PowerCurve):
 learned from the caps a card has run at where the hub has such points, else the prior
-min(1, (cap/default)^0.25); each proposal says which (its basis).
+min(1, (cap/default)^0.25); each proposal says which (its basis). Below a learned curve's lowest
+measured cap the fit takes speed at most in proportion to the watts above static draw (the step model's
+extrapolation there is kinder than published sweeps), and a card cut there must still wait for the slowest.
 A card in the running job may be raised above its stock (default) limit, up to its maximum settable
 limit, where the budget leaves room and it paces the job. The step model's curve is flat there (the
 prior is at most 1, and nothing above stock is measured), so the fit assumes the prior's shape,
@@ -141,6 +143,12 @@ def _below_measured_bound(default_w: float, low_w: float, cap_w: float) -> float
 def _time_ratio(gpu: GpuPower, from_w: float, to_w: float) -> float:
     """Compute seconds at to_w over those at from_w (>1: slower)."""
     return _relative_time(gpu, to_w) / _relative_time(gpu, from_w)
+
+
+def time_ratio(gpu: GpuPower, from_w: float, to_w: float) -> float:
+    """The fit's compute seconds at to_w over those at from_w: the step model's curve, the static-power
+    bound below a learned curve's measured caps, the assumed shape above the top (for other fits' figures)."""
+    return _time_ratio(gpu, from_w, to_w)
 
 
 def _compute_at(gpu: GpuPower, cap_w: float) -> float | None:

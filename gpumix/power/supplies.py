@@ -17,7 +17,14 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpumix.power.budget import BudgetError, BudgetFit, CapProposal, GpuPower, fit_to_budget
+from gpumix.power.budget import (
+    BudgetError,
+    BudgetFit,
+    CapProposal,
+    GpuPower,
+    fit_to_budget,
+    time_ratio,
+)
 from gpumix.power.layout import (
     Circuit,
     LayoutError,
@@ -167,7 +174,7 @@ def _step(gpus: list[GpuPower], caps: dict[int, float]) -> float | None:
     in_job = [g for g in gpus if g.compute_s is not None]
     if not in_job:
         return None
-    return max(g.compute_s * g.power_curve().time_ratio(g.cap_w, caps[g.index]) for g in in_job) \
+    return max(g.compute_s * time_ratio(g, g.cap_w, caps[g.index]) for g in in_job) \
         + max(g.comm_s for g in in_job)
 
 
@@ -176,7 +183,7 @@ def _kept(gpus: list[GpuPower], caps: dict[int, float]) -> float:
     if before and after:
         return before / after
     total = sum(g.default_w for g in gpus) or 1.0
-    return sum(g.default_w / g.power_curve().time_ratio(g.cap_w, caps[g.index]) for g in gpus) / total
+    return sum(g.default_w / time_ratio(g, g.cap_w, caps[g.index]) for g in gpus) / total
 
 
 def _reason(gpu: GpuPower, new_w: float, layout: PowerLayout) -> str:
