@@ -27,6 +27,7 @@ import collections
 import math
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -75,33 +76,41 @@ def next_send_s(now_s: float, period_s: float) -> float:
     return (math.floor((now_s + lead) / period_s + 1e-9) + 1) * period_s - lead
 
 
-def _closed_by_hub(sock: socket.socket) -> bool:
-    """The hub writes to an agent only to say why it closes the connection: readable means gone."""
+def _closed_by_hub(sock: socket.socket) -> bytes | None:
+    """None while the connection stands; else what the hub wrote before closing it (its reason, b"" if
+    nothing). The hub writes to an agent only to say why it closes, so readable means gone, except over
+    TLS, whose layer writes too (TLS 1.3 session tickets after the handshake): taken for a close, they
+    made the agent reconnect at every other write, and close with them unread, a reset that could drop
+    the steps just written."""
     try:
         readable, _, _ = select.select([sock], [], [], 0)
     except (OSError, ValueError):
-        return True
-    return bool(readable)
-
-
-def _hub_said(sock: socket.socket) -> bytes:
-    """What the hub wrote before closing (its reason), as far as it can be read now; b"" if nothing.
-    A TLS socket refuses MSG_DONTWAIT (ValueError): it is read with a short timeout instead, else the
-    steps of every write to an older tls:// hub were lost for ever. The socket is closed after."""
-    try:
-        return sock.recv(4096, socket.MSG_DONTWAIT)
-    except OSError:
         return b""
-    except ValueError:
-        pass
+    return _read_now(sock) if readable else None
+
+
+def _read_now(sock: socket.socket) -> bytes | None:
+    """What can be read without waiting: the hub's words (b"" at its close), or None when a TLS record
+    held nothing for us. A TLS socket refuses recv flags (ValueError), so it is read non-blocking."""
+    ssl = sys.modules.get("ssl")  # loaded only where TLS is used
+    if ssl is None or not isinstance(sock, ssl.SSLSocket):
+        try:
+            return sock.recv(4096, socket.MSG_DONTWAIT)
+        except OSError:
+            return b""
+    timeout_s = sock.gettimeout()
     try:
-        sock.settimeout(READ_REASON_S)
+        sock.settimeout(0.0)
         return sock.recv(4096)
+    except ssl.SSLWantReadError:
+        return None
     except (OSError, ValueError):
         return b""
-
-
-READ_REASON_S = 0.2  # for the closing hub's reason, already sent when the socket turned readable
+    finally:
+        try:
+            sock.settimeout(timeout_s)
+        except OSError:
+            pass
 
 
 def steps_frames(steps: list[dict[str, Any]]) -> bytes:
@@ -274,8 +283,9 @@ class Sender:
                 self._wait(min(next_send_s(time.monotonic(), self.period_s), retry_at) - time.monotonic())
                 continue
             try:
-                if sock is not None and _closed_by_hub(sock):  # idle past the hub's timeout, or refused
-                    if self.columns and REFUSED_BY_OLD_HUB in _hub_said(sock):  # the steps of that write were lost
+                said = None if sock is None else _closed_by_hub(sock)
+                if sock is not None and said is not None:  # idle past the hub's timeout, or refused
+                    if self.columns and REFUSED_BY_OLD_HUB in said:  # the steps of that write were lost
                         self.columns = False
                     sock.close()  # a send would vanish into a dead socket
                     sock = None

@@ -138,7 +138,7 @@ def test_an_idle_agent_stays_closed_until_its_next_steps(hub_socket, monkeypatch
     from gpumix.agent import sender
 
     hub, socket_path = hub_socket
-    monkeypatch.setattr(sender, "_closed_by_hub", lambda sock: True)  # as if the hub closed it at each look
+    monkeypatch.setattr(sender, "_closed_by_hub", lambda sock: b"")  # as if the hub closed it at each look
     agent = Agent(socket_path, job="idle")
     try:
         for _ in range(3):

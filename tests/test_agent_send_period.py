@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -106,6 +107,17 @@ def run_steps(agent: Agent, steps: int, step_s: float) -> float:
             time.sleep(step_s)
             step.loss = 1.0
     return time.monotonic() - started
+
+
+def stepped_until(agent: Agent, done: Callable[[], bool], timeout_s: float, step_s: float = 0.01) -> int:
+    """Steps taken, one at a time, until `done` (checked after each) or `timeout_s` passed."""
+    deadline, taken = time.monotonic() + timeout_s, 0
+    while time.monotonic() < deadline:
+        run_steps(agent, 1, step_s)
+        taken += 1
+        if done():
+            break
+    return taken
 
 
 def test_steps_reach_the_hub_once_a_period_not_ten_times_a_second(
