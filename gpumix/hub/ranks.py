@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from gpumix.hub.step_window import skipped_share, window_median
 from gpumix.wire.jobs import job_label, ranks_by_job
 from gpumix.wire.protocol import ProtocolError, integer, number, text
 from gpumix.wire.send_period import MAX_PERIOD_S, MIN_PERIOD_S
@@ -186,44 +187,21 @@ def parse_transport(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"src": src, "dst": dst, "transport": transport} for src, dst, transport in kept]
 
 
-def skipped_share(steps: list[dict[str, Any]]) -> tuple[float | None, int]:
-    """(share of the steps in this window the GradScaler skipped, the steps the window spans):
-    the skipped-step counter's rise over the steps' indices. None without two counts."""
-    counted = [s for s in steps if s.get("amp_skipped_steps") is not None]
-    if len(counted) < 2:
-        return None, 0
-    first, last = counted[0], counted[-1]
-    span = last["step"] - first["step"]
-    if span <= 0:
-        return None, 0
-    return min(1.0, max(0.0, (last["amp_skipped_steps"] - first["amp_skipped_steps"]) / span)), span
-
-
 _last_step_fields = operator.itemgetter(*RANK_LAST_STEP_FIELDS)
-
-
-def _median(values: list[float]) -> float | None:
-    """statistics.median, None for no values: one sort, without its checks and calls (issue 13: eight a
-    rank row)."""
-    if not values:
-        return None
-    values.sort()
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
 def rank_summary(stream: RankStream) -> dict[str, Any]:
     """Per-rank figures over the last few steps (medians: robust to one slow step)."""
     # the window without copying the whole deque (only the AMP share reads it all)
     recent = list(islice(reversed(stream.steps), MEDIAN_WINDOW))[::-1]
-    step_time = _median([s["step_time_s"] for s in recent if s["step_time_s"]])
-    samples = _median([s["samples"] for s in recent if s["samples"] is not None])
-    comm = _median([s["comm_s"] for s in recent if s["comm_s"] is not None])
-    data_wait = _median([s["data_wait_s"] for s in recent if s["data_wait_s"] is not None])
-    tokens = _median([s["tokens"] for s in recent if s["tokens"] is not None])
-    forward = _median([s["forward_s"] for s in recent if s["forward_s"] is not None])
-    backward = _median([s["backward_s"] for s in recent if s["backward_s"] is not None])
-    optimizer = _median([s["optimizer_s"] for s in recent if s["optimizer_s"] is not None])
+    step_time = window_median([s["step_time_s"] for s in recent if s["step_time_s"]])
+    samples = window_median([s["samples"] for s in recent if s["samples"] is not None])
+    comm = window_median([s["comm_s"] for s in recent if s["comm_s"] is not None])
+    data_wait = window_median([s["data_wait_s"] for s in recent if s["data_wait_s"] is not None])
+    tokens = window_median([s["tokens"] for s in recent if s["tokens"] is not None])
+    forward = window_median([s["forward_s"] for s in recent if s["forward_s"] is not None])
+    backward = window_median([s["backward_s"] for s in recent if s["backward_s"] is not None])
+    optimizer = window_median([s["optimizer_s"] for s in recent if s["optimizer_s"] is not None])
     last = recent[-1] if recent else {}
     compute = None
     if step_time is not None:
