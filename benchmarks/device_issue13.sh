@@ -33,6 +33,8 @@ cp "$LOG" "$WORK/machine.txt"
 TUI=($PY "$REPO/benchmarks/bench_tui.py" --seconds "$SECS" --warmup "$WARM")
 
 if [ "$PART" = a ]; then
+  step 20 "pynvml narrowed: the hub's GPU fields before and after, real NVML" $PY "$REPO/benchmarks/nvml_narrow_check.py" \
+    --out "$WORK/nvml_narrow_check.json" $SRC
   step 100 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label idle-160x48 \
     --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
   step 70 "dashboard 80x24, idle GPU" "${TUI[@]}" --repeats 2 --cols 80 --rows 24 --label idle-80x24 \
