@@ -100,3 +100,11 @@ def test_the_supplies_fit_predicts_with_the_same_bound() -> None:
     assert caps_of(fit) == {0: 150.0}
     static_w = STATIC_SHARE_PRIOR * gpu.default_w
     assert fit.step_after_s == pytest.approx(0.1132 * (270 - static_w) / (150 - static_w) + gpu.comm_s, rel=1e-6)
+
+
+def test_the_bound_stays_finite_at_a_cap_at_or_under_the_static_draw() -> None:
+    from gpumix.power.budget import _below_measured_bound
+
+    for default_w, low_w, cap_w in ((0.0, 10.0, 0.0), (450.0, 270.0, 36.0), (450.0, 270.0, 0.0), (1e6, 2e5, 1.0)):
+        ratio = _below_measured_bound(default_w, low_w, cap_w)
+        assert 1.0 <= ratio < float("inf")

@@ -136,7 +136,7 @@ def _below_measured_bound(default_w: float, low_w: float, cap_w: float) -> float
     true ratio smaller. The step model's extrapolation there (the prior's fourth root, or the lowest
     segment's line) is kinder than every published sweep below ~70 % of the default limit."""
     static_w = STATIC_SHARE_PRIOR * default_w
-    floor_w = 0.01 * default_w  # a cap at or under the static draw: very slow, still finite
+    floor_w = max(0.01 * default_w, 1.0)  # a cap at or under the static draw (or a 0 W default): slow, finite
     return max(1.0, (low_w - static_w) / max(cap_w - static_w, floor_w))
 
 
