@@ -39,10 +39,15 @@ import oracle_replan as oracle
 
 from gpumix.plan.inputs import measures, plan_from_snapshot
 from gpumix.plan.prediction import hindsight_error
-from gpumix.power.budget import GpuPower, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import GpuPower, fit_to_budget
 from gpumix.power.joint import JointRank, joint_offer, joint_plan
 from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig
 from gpumix.sim.world import World
+
+try:
+    from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
+except ImportError:  # a tree from before session 9 (benchmarks/tree_at.sh), where budget.py held it
+    from gpumix.power.budget import gpu_power_from_snapshot  # type: ignore[attr-defined,no-redef]
 
 GRANULARITY = 16
 MIN_GAIN = 0.03  # a joint proposal is offered when predicted this much faster than split-then-fit

@@ -53,12 +53,17 @@ from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
 from gpumix.plan.inputs import plan_from_snapshot
-from gpumix.power.budget import fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import fit_to_budget
 from gpumix.power.profile import DEFAULT_STEP_SHARE, DEFAULT_STEPS, profile_steps
 from gpumix.run.auto_replan import AutoReplan
 from gpumix.sim import job_model
 from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig, parse_rig
 from gpumix.sim.world import World
+
+try:
+    from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
+except ImportError:  # a tree from before session 9 (benchmarks/tree_at.sh), where budget.py held it
+    from gpumix.power.budget import gpu_power_from_snapshot  # type: ignore[attr-defined,no-redef]
 
 SEED = 16
 GENERATED = 24

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from gpumix.hub import Hub
 from gpumix.hub.ranks import parse_hello, parse_step
 from gpumix.model.priors import power_factor_prior as power_factor
-from gpumix.power.budget import BudgetError, GpuPower, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import BudgetError, GpuPower, fit_to_budget
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
 
 # mixed-10: (tier, default W, min W, max W, compute s per step at the default cap: slow 3060s, fast 4090s)
 DEMO = ([("RTX 3060 12G", 170, 100, 200, 0.40)] * 3 + [("RTX 3090 24G", 350, 100, 400, 0.18)] * 3

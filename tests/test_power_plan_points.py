@@ -12,7 +12,7 @@ from gpumix.hub.client import HubClient
 from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
 from gpumix.plan.inputs import plan_from_snapshot
 from gpumix.plan.planner import plan_to_json
-from gpumix.power.budget import gpu_power_from_snapshot
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
 
 GPUS = (3, 4)  # two of the demo rig's RTX 3090s (350 W stock)
 

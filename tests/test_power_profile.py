@@ -23,9 +23,9 @@ from gpumix.hub.cap_samples import MAX_KEYS_PER_GPU, CapSamples
 from gpumix.hub.client import HubClient
 from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
 from gpumix.hub.server import HubServer
-from gpumix.power.budget import gpu_power_from_snapshot
 from gpumix.power.caps import audit_log_path
 from gpumix.power.profile import ProfileError, Profiler, profile_steps
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
 from tests.conftest import ManualClock
 from tests.waiting import wait_until
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpumix.hub import Hub
-from gpumix.power.budget import BudgetError, fit_to_budget, gpu_power_from_snapshot
+from gpumix.power.budget import BudgetError, fit_to_budget
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
 from gpumix.power.supplies import (
     LayoutError,
     budgets,

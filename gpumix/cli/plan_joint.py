@@ -15,7 +15,6 @@ from gpumix.plan.memory import effective_max_k, micro_batch_cap
 from gpumix.plan.prediction import hindsight_error
 from gpumix.plan.split_types import PlanRequest
 from gpumix.plan.stairs import with_stairs
-from gpumix.power.budget import gpu_power_from_snapshot
 from gpumix.power.joint import (
     MAX_DP_WORK,
     MAX_UNITS,
@@ -24,6 +23,7 @@ from gpumix.power.joint import (
     joint_offer,
     joint_plan,
 )
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
 
 
 def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granularity: int) -> dict[str, Any]:

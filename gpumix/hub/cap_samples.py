@@ -106,7 +106,7 @@ class CapSamples:
     def view(self, now_s: float, off_caps_w: dict[str, float | None] | None = None
              ) -> dict[str, list[dict[str, Any]]]:
         """uuid -> [{cap_w, samples, compute_s, samples_per_s, steps, age_s}], figures with MIN_STEPS
-        steps or more: the power fit's input (gpumix.power.budget.gpu_power_from_snapshot).
+        steps or more: the power fit's input (gpumix.power.snapshot_inputs.gpu_power_from_snapshot).
         `off_caps_w` (uuid -> cap now): only the figures at another cap than the GPU's now (a GPU without
         a cap there: all of them), left out before their medians are taken: what the hub's snapshot
         carries each tick, which on a box whose caps never changed is nothing (issue 13)."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumix.power.budget import BudgetError, gpu_power_from_snapshot
+from gpumix.power.budget import BudgetError
 from gpumix.power.caps import AuditUser, PowerChange, PowerController, PowerError, check_cap
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
 from gpumix.power.supplies import fit_for_snapshot
 
 POWER_ACTIONS = {"set", "reset", "fit", "caps"}
