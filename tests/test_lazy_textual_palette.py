@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 from gpumix.cli.lazy_textual_palette import SPLIT_AT, WIDGET_IMPORTS, split_source
+from tests.palette_flow import CHANGE_THEME
 
 REPO = Path(__file__).resolve().parent.parent
 PALETTE_WIDGETS = ("textual.widgets._input", "textual.widgets._option_list", "textual.widgets._button",
@@ -39,38 +40,28 @@ def test_the_dashboard_starts_without_the_palettes_widgets() -> None:
 
 
 def test_ctrl_p_opens_the_real_palette_and_changes_the_theme() -> None:
-    outcome = run("""
-        import asyncio, json, sys
-        import gpumix.tui.app
-        import textual.app, textual.command, textual.theme
-        from textual.app import App
-        from textual.widgets import Static
+    outcome = run(CHANGE_THEME + """
+import asyncio, json, sys
+import gpumix.tui.app
+import textual.app, textual.command, textual.theme
+from textual.app import App
+from textual.widgets import Static
 
-        class Small(App):
-            def compose(self):
-                yield Static("x")
+class Small(App):
+    def compose(self):
+        yield Static("x")
 
-        async def main():
-            app = Small()
-            async with app.run_test(size=(80, 24)) as pilot:
-                await pilot.press("ctrl+p")
-                await pilot.pause(0.2)
-                opened = type(app.screen).__name__, type(app.screen) is textual.command.CommandPalette
-                await pilot.press(*"theme")
-                await pilot.pause(0.3)
-                await pilot.press("enter")
-                await pilot.pause(0.3)
-                await pilot.press(*"nord")
-                await pilot.pause(0.3)
-                await pilot.press("enter")
-                await pilot.pause(0.3)
-                return {"opened": opened, "theme": app.theme,
-                        "app_name_real": textual.app.CommandPalette is textual.command.CommandPalette,
-                        "provider": issubclass(textual.theme.ThemeProvider, textual.command.Provider),
-                        "command": textual.command.Command.__module__}
+async def main():
+    app = Small()
+    async with app.run_test(size=(80, 24)) as pilot:
+        opened = await change_theme(app, pilot, "nord")
+        return {"opened": [opened.__name__, opened is textual.command.CommandPalette], "theme": app.theme,
+                "app_name_real": textual.app.CommandPalette is textual.command.CommandPalette,
+                "provider": issubclass(textual.theme.ThemeProvider, textual.command.Provider),
+                "command": textual.command.Command.__module__}
 
-        print(json.dumps(asyncio.run(main())))
-    """)
+print(json.dumps(asyncio.run(main())))
+""")
     assert outcome == {"opened": ["CommandPalette", True], "theme": "nord", "app_name_real": True,
                        "provider": True, "command": "textual.command"}
 

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.palette_flow import CHANGE_THEME
+
 REPO = Path(__file__).resolve().parent.parent
 # Loaded only through textual.types (the palette's import of it): none is used by the dashboard.
 WIDGETS_ONLY_TYPES_LOADS = ("textual.widgets._directory_tree", "textual.widgets._tree", "textual.widgets._select",
@@ -60,33 +62,24 @@ def test_every_name_is_the_real_modules_object() -> None:
 
 
 def test_the_palette_still_changes_the_theme() -> None:
-    theme = run("""
-        import asyncio, json, sys
-        import gpumix.tui.app
-        from textual.app import App
-        from textual.widgets import Static
+    theme = run(CHANGE_THEME + """
+import asyncio, json, sys
+import gpumix.tui.app
+from textual.app import App
+from textual.widgets import Static
 
-        class Small(App):
-            def compose(self):
-                yield Static("x")
+class Small(App):
+    def compose(self):
+        yield Static("x")
 
-        async def main():
-            app = Small()
-            async with app.run_test(size=(80, 24)) as pilot:
-                await pilot.press("ctrl+p")
-                await pilot.pause(0.2)
-                await pilot.press(*"theme")
-                await pilot.pause(0.3)
-                await pilot.press("enter")
-                await pilot.pause(0.3)
-                await pilot.press(*"nord")
-                await pilot.pause(0.3)
-                await pilot.press("enter")
-                await pilot.pause(0.3)
-                return app.theme, type(sys.modules["textual.types"]).__name__
+async def main():
+    app = Small()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await change_theme(app, pilot, "nord")
+        return app.theme, type(sys.modules["textual.types"]).__name__
 
-        print(json.dumps(asyncio.run(main())))
-    """)
+print(json.dumps(asyncio.run(main())))
+""")
     assert theme == ["nord", "LazyTextualTypes"]
 
 
