@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import gpumix.themes
 from gpumix.tui import themes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +32,7 @@ def test_the_themes_load_without_zipfile() -> None:
 
 def test_a_package_not_on_disk_is_read_through_importlib_resources(monkeypatch: pytest.MonkeyPatch) -> None:
     on_disk = sorted(entry.name for entry in themes._shipped_folder().iterdir())
-    monkeypatch.setattr(gpumix.themes, "__file__", None)
+    monkeypatch.setattr(themes, "find_spec", lambda name: None)  # as if no folder on disk
     through_resources = themes._shipped_folder()
     assert not isinstance(through_resources, Path) or through_resources != Path(".")
     assert sorted(entry.name for entry in through_resources.iterdir()) == on_disk

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +121,12 @@ def _read_user_theme(path: Path) -> str:
 
 def _shipped_folder() -> Any:
     """The shipped themes' folder: on disk, read as such; importlib.resources only for a package that is not
-    (a zip), since its readers load zipfile and more, ~0.4 MB of the dashboard's RSS (issue 13)."""
-    import gpumix  # the themes' folder is a data package under it, found without importing it (layering)
-
-    folder = Path(gpumix.__file__ or "").parent / "themes"
-    if gpumix.__file__ and (folder / "__init__.py").is_file():
-        return folder
+    (a zip), since its readers load zipfile and more, ~0.4 MB of the dashboard's RSS (issue 13). Found by
+    its spec, which imports gpumix but not the data package (tui may not import the themes part)."""
+    spec = find_spec("gpumix.themes")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if locations and Path(locations[0]).is_dir():
+        return Path(locations[0])
     from importlib import resources
 
     return resources.files("gpumix.themes")
