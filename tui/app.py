@@ -13,9 +13,8 @@ import time
 from typing import Any
 
 # before Textual loads (issue 13: RSS): textual.types without five widgets the dashboard never shows, the
-# command palette's screen and widgets loaded when ctrl+p first opens it, platformdirs and uuid when first
-# called; each installs itself on import
-import gpumix.cli.lazy_stand_ins  # noqa: F401
+# command palette's screen and widgets loaded when ctrl+p first opens it; each installs itself on import
+# (platformdirs, uuid, difflib and mimetypes on first call: tui/main.py, the interactive monitor only)
 import gpumix.cli.lazy_textual_palette  # noqa: F401
 import gpumix.cli.lazy_textual_types  # noqa: F401
 

@@ -10,8 +10,9 @@
 
 Installed before Textual loads, each is a stand-in module: the functions named here call the real ones, and any
 other name loads the real module, which then takes its own place in sys.modules (a later import gets it).
-Importing this module installs them (tui/app.py imports it before Textual); nothing is installed for a module
-that has loaded already.
+Importing this module installs them: only the interactive monitor does (tui/main.py, before it imports the
+app and Textual), so that replay, an embedding program or a test importing the app sees the modules as they
+are. Nothing is installed for a module that has loaded already.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from importlib.machinery import ModuleSpec
 from typing import Any
 
 # module -> the names others import from it as Textual loads (forwarded until the real module loads)
@@ -40,18 +40,19 @@ class StandInModule(types.ModuleType):
 
 
 def load_real(stand_in: StandInModule) -> types.ModuleType:
-    """The real module, loaded once into sys.modules in the stand-in's place."""
+    """The real module, loaded once into sys.modules in the stand-in's place, through the import system (its
+    per-module lock: a thread importing it meanwhile waits for the whole module, as with any import)."""
     with _lock:
         real = vars(stand_in).get("_real")
         if real is not None:
             return real  # type: ignore[no-any-return]
-        spec: ModuleSpec = vars(stand_in)["_spec"]
-        real = importlib.util.module_from_spec(spec)
-        sys.modules[stand_in.__name__] = real  # a package's submodules import it by name
+        name = stand_in.__name__
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
         try:
-            spec.loader.exec_module(real)  # type: ignore[union-attr]
+            real = importlib.import_module(name)
         except BaseException:
-            sys.modules[stand_in.__name__] = stand_in
+            sys.modules.setdefault(name, stand_in)
             raise
         stand_in._real = real
         return real
@@ -78,7 +79,9 @@ def install_stand_in(name: str, functions: tuple[str, ...]) -> bool:
     if spec is None or spec.loader is None:
         return False
     stand_in = StandInModule(name)
-    stand_in._spec = spec
+    stand_in.__spec__ = spec  # find_spec(NAME) answers as for the real module
+    if spec.submodule_search_locations is not None:  # a package: its submodules import as usual
+        stand_in.__path__ = list(spec.submodule_search_locations)
     for function in functions:
         setattr(stand_in, function, _forwarder(stand_in, function))
     sys.modules[name] = stand_in
