@@ -92,6 +92,36 @@ def test_the_ring_keeps_the_newest_and_counts_what_it_overwrote() -> None:
     assert ring.oldest(keep=1) == 9 and ring.oldest(keep=2) is None
 
 
+class _WriterMidPut(list):
+    """A full ring's slots, where the writer's next put lands between the reader's reads: its slot stored
+    before the first read, its count after the second (a put is a store, then an increment)."""
+
+    def __init__(self, ring: StepRing) -> None:
+        super().__init__(ring._slots)
+        self.ring, self.reads = ring, 0
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        if self.reads == 1:
+            self.ring.begun = self.ring.written + 1
+            list.__setitem__(self, self.ring.written % self.ring.size, "new")
+        elif self.reads == 2:
+            self.ring.written += 1
+        return list.__getitem__(self, index)
+
+
+@pytest.mark.parametrize("read", ["peek", "oldest"])
+def test_a_full_ring_read_while_the_writer_overwrites_its_oldest_step(read: str) -> None:
+    """The old check (by the count alone) let the reader take the new step in the oldest's place: sent
+    twice, the oldest lost uncounted (review)."""
+    ring = StepRing(4)
+    for index in range(4):
+        ring.put(index)
+    ring._slots = _WriterMidPut(ring)
+    first = ring.peek() if read == "peek" else [ring.oldest()]
+    assert first == ([1, 2, 3, "new"] if read == "peek" else [1]) and ring.dropped == 1
+
+
 def test_steps_are_built_into_messages_on_the_sender_thread(hub_socket, monkeypatch: pytest.MonkeyPatch) -> None:
     hub, socket_path = hub_socket
     built_on: set[str] = set()
