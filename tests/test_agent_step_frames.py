@@ -72,6 +72,8 @@ def test_an_old_agent_s_step_messages_give_the_same_rank_row(hub_socket: tuple[H
                 sock.sendall(encode_batch(steps, columns=True))
             sock.sendall(protocol.encode({"type": "bye"}))
             assert wait_until(lambda job=job: hub_step(hub, job) == 29, 10)
+    # both byes read: a row's "connected" turns at its bye, which may still be in flight after the steps
+    assert wait_until(lambda: not rank_row(hub, "old")["connected"] and not rank_row(hub, "new")["connected"], 10)
     old, new = rank_row(hub, "old"), rank_row(hub, "new")
     assert old["send_period_s"] is None  # its hello did not say
     assert {k: v for k, v in old.items() if k not in ("job", "last_seen_s")} == \
