@@ -208,8 +208,8 @@ class Agent:
     # -- the sender thread's side ----------------------------------------------------
 
     def _collect(self, final: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
-        """The messages of the steps ready to go, oldest first, one per step (the rows of _collect_frame's
-        frame: for a hub from before the frame, and for tests). Called on the sender thread only."""
+        """The messages of the steps ready to go, oldest first, one per step: the rows of _collect_frame's
+        frame (the sender sends the frame; tests read the rows). Called on the sender thread only."""
         frame = self._collect_frame(final, limit)
         return frame_rows(frame) if frame is not None else []
 

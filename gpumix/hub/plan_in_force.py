@@ -47,12 +47,13 @@ def split_of(ranks: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
     return split if all(share["samples"] is not None for share in split) else None
 
 
+_SPLIT_FIELDS = ("connected", "rank", "world_size", "samples", "micro_batch", "accumulation_steps")  # split_of's
+_SPLIT_READS = operator.itemgetter(*_SPLIT_FIELDS)
+
+
 def _split_reads(rank: dict[str, Any]) -> tuple[Any, ...]:
-    return (rank.get("connected"), rank.get("rank"), rank.get("world_size"), rank.get("samples"),
-            rank.get("micro_batch"), rank.get("accumulation_steps"))
-
-
-_SPLIT_READS = operator.itemgetter("connected", "rank", "world_size", "samples", "micro_batch", "accumulation_steps")
+    """_SPLIT_READS for a row that may lack some of the fields."""
+    return tuple(map(rank.get, _SPLIT_FIELDS))
 
 
 class PlansInForce:

@@ -48,16 +48,23 @@ def _field_set(kind: type) -> frozenset[str]:
     return frozenset(_field_names(kind))
 
 
+def _values(record: Any) -> dict[str, Any]:
+    """plain(record) where a copy follows anyway: the record's own __dict__ when it is exactly its fields,
+    else a new dict of them."""
+    values = getattr(record, "__dict__", None)
+    if values is not None and values.keys() == _field_set(type(record)):
+        return values  # type: ignore[no-any-return]
+    return {name: getattr(record, name) for name in _field_names(type(record))}
+
+
 def plain(record: Any) -> dict[str, Any]:
     """A flat dataclass as a dict: what dataclasses.asdict gives for records whose fields are all
     scalars (GpuInfo, GpuProcess, ProcessSample, DriverInfo, P2PLink), without its deep copy per field,
     which was most of a tick's snapshot build. A list field stays the record's own list: copy it.
     A record whose attributes are exactly its fields is its `__dict__` copied (its __init__ set them in
     field order): one call, not one getattr per field (issue 13: 24 per GPU a tick)."""
-    values = getattr(record, "__dict__", None)
-    if values is not None and values.keys() == _field_set(type(record)):
-        return values.copy()
-    return {name: getattr(record, name) for name in _field_names(type(record))}
+    values = _values(record)
+    return values.copy() if values is getattr(record, "__dict__", None) else values
 
 
 def host_row(host: HostSample) -> dict[str, Any]:
@@ -87,14 +94,6 @@ def _info_fields(info: GpuInfo) -> dict[str, Any]:
     fields_now = {**plain(info), "model": info.model, "tier": info.tier}
     _info_rows[id(info)] = (info, fields_now)
     return fields_now
-
-
-def _values(record: Any) -> dict[str, Any]:
-    """plain(record) where a copy follows anyway: the record's own __dict__ when it is exactly its fields."""
-    values = getattr(record, "__dict__", None)
-    if values is not None and values.keys() == _field_set(type(record)):
-        return values  # type: ignore[no-any-return]
-    return plain(record)
 
 
 def gpu_row(info: GpuInfo, sample: GpuSample, processes: dict[int, ProcessSample]) -> GpuRow:

@@ -29,15 +29,9 @@ def step_columns(messages: list[dict[str, Any]]) -> dict[str, Any]:
     names.pop("type", None)
     columns: dict[str, Any] = {}
     for name in names:
-        values = [message.get(name) for message in messages]
-        first = values[0]
-        kind = type(first)
-        # one value for every row; a list stays a column (a shared value is never a list)
-        if kind is not list and all(value is first or (type(value) is kind and value == first) for value in values):
-            if first is not None:  # a field no step has is left out, as a message leaves it out
-                columns[name] = first
-        else:
-            columns[name] = values
+        value = one_or_column([message.get(name) for message in messages])
+        if value is not None:  # a field no step has is left out, as a message leaves it out
+            columns[name] = value
     return {"type": STEPS_TYPE, "n": len(messages), "columns": columns}
 
 
@@ -64,9 +58,9 @@ def frame_slice(frame: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
 
 
 def one_or_column(values: list[Any]) -> Any:
-    """What a frame holds for these values of a field, one per row (as step_columns decides, in a few C
-    calls rather than a Python loop per row): the value when every row holds the same one, of one type
-    (None when no row holds any: the field is left out), else the list itself. A list is never shared."""
+    """What a frame holds for these values of a field, one per row, in a few C calls rather than a Python
+    loop per row: the value when every row holds the same plain one, of one type (None when no row holds
+    any: the field is left out), else the list itself. A list is never shared."""
     kinds = set(map(type, values))
     # compared only as plain values: a tensor set on a record after its step ended compares as a tensor
     if len(kinds) == 1 and kinds <= _SHAREABLE and values.count(first := values[0]) == len(values):
