@@ -1,5 +1,5 @@
 """The command palette's theme change as a person does it, for tests that run it in a fresh interpreter:
-source text to put before their script. Each key waits for what it needs on screen (not a fixed pause),
+source text to put before their script, or a whole script (after_theme_change). Each key waits for what it needs on screen (not a fixed pause),
 so a loaded machine is slower, never wrong."""
 
 CHANGE_THEME = '''
@@ -37,3 +37,28 @@ async def change_theme(app, pilot, name):
     await until(pilot, lambda: app.theme == name)
     return opened
 '''
+
+
+def after_theme_change(result: str, imports: str = "") -> str:
+    """A script: the dashboard's app module (and `imports`) loaded before Textual, a small app whose theme
+    is changed to nord through the palette, then `result` (an expression of `app` and `opened`, the
+    palette's screen class) printed as JSON."""
+    return CHANGE_THEME + f"""
+import asyncio, json, sys
+import gpumix.tui.app
+{imports}
+from textual.app import App
+from textual.widgets import Static
+
+class Small(App):
+    def compose(self):
+        yield Static("x")
+
+async def main():
+    app = Small()
+    async with app.run_test(size=(80, 24)) as pilot:
+        opened = await change_theme(app, pilot, "nord")
+        return {result}
+
+print(json.dumps(asyncio.run(main())))
+"""

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from gpumix.cli.lazy_textual_palette import SPLIT_AT, WIDGET_IMPORTS, split_source
-from tests.palette_flow import CHANGE_THEME
+from tests.palette_flow import after_theme_change
 
 REPO = Path(__file__).resolve().parent.parent
 PALETTE_WIDGETS = ("textual.widgets._input", "textual.widgets._option_list", "textual.widgets._button",
@@ -40,28 +40,12 @@ def test_the_dashboard_starts_without_the_palettes_widgets() -> None:
 
 
 def test_ctrl_p_opens_the_real_palette_and_changes_the_theme() -> None:
-    outcome = run(CHANGE_THEME + """
-import asyncio, json, sys
-import gpumix.tui.app
-import textual.app, textual.command, textual.theme
-from textual.app import App
-from textual.widgets import Static
-
-class Small(App):
-    def compose(self):
-        yield Static("x")
-
-async def main():
-    app = Small()
-    async with app.run_test(size=(80, 24)) as pilot:
-        opened = await change_theme(app, pilot, "nord")
-        return {"opened": [opened.__name__, opened is textual.command.CommandPalette], "theme": app.theme,
+    outcome = run(after_theme_change(
+        """{"opened": [opened.__name__, opened is textual.command.CommandPalette], "theme": app.theme,
                 "app_name_real": textual.app.CommandPalette is textual.command.CommandPalette,
                 "provider": issubclass(textual.theme.ThemeProvider, textual.command.Provider),
-                "command": textual.command.Command.__module__}
-
-print(json.dumps(asyncio.run(main())))
-""")
+                "command": textual.command.Command.__module__}""",
+        imports="import textual.app, textual.command, textual.theme"))
     assert outcome == {"opened": ["CommandPalette", True], "theme": "nord", "app_name_real": True,
                        "provider": True, "command": "textual.command"}
 

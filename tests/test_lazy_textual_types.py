@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.palette_flow import CHANGE_THEME
+from tests.palette_flow import after_theme_change
 
 REPO = Path(__file__).resolve().parent.parent
 # Loaded only through textual.types (the palette's import of it): none is used by the dashboard.
@@ -62,24 +62,7 @@ def test_every_name_is_the_real_modules_object() -> None:
 
 
 def test_the_palette_still_changes_the_theme() -> None:
-    theme = run(CHANGE_THEME + """
-import asyncio, json, sys
-import gpumix.tui.app
-from textual.app import App
-from textual.widgets import Static
-
-class Small(App):
-    def compose(self):
-        yield Static("x")
-
-async def main():
-    app = Small()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await change_theme(app, pilot, "nord")
-        return app.theme, type(sys.modules["textual.types"]).__name__
-
-print(json.dumps(asyncio.run(main())))
-""")
+    theme = run(after_theme_change('app.theme, type(sys.modules["textual.types"]).__name__'))
     assert theme == ["nord", "LazyTextualTypes"]
 
 
