@@ -107,6 +107,25 @@ def measure(data: bytes, writes: int, repeats: int) -> dict[str, Any]:
             "calls_per_step": dict(sorted(calls.items(), key=lambda item: -item[1])[:25])}
 
 
+def machine() -> dict[str, Any]:
+    """The machine a result was measured on (shared with the hub-tick benchmarks that import this one)."""
+    return {"hostname": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def command() -> str:
+    return " ".join([Path(sys.executable).name, *sys.argv])
+
+
+def report(result: dict[str, Any], out: Path | None) -> int:
+    """The result printed as JSON, and written to `out` when given."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        out.write_text(text + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--writes", type=int, default=200, help="writes per rank per repeat (default 200)")
@@ -119,16 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "bench_hub_steps", "gpumix_from": str(Path(gpumix.__file__).parent),
         "framing": framing, "bytes_per_write": len(data), "steps_per_write": STEPS_PER_WRITE, "ranks": RANKS,
-        "machine": {"hostname": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "load_average": [round(x, 2) for x in os.getloadavg()]},
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine(), "command": command(),
         **measure(data, args.writes, args.repeats),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,6 @@ Best of --repeats per part (a loaded box only adds), per round; per GPU and per 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -104,17 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = [measure(int(n), args.rounds, args.repeats) for n in args.ranks.split(",")]
     result = {
         "benchmark": "hub_tick_part_times", "gpumix_from": str(Path(gpumix.__file__).parent),
-        "machine": {"hostname": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "load_average": [round(x, 2) for x in os.getloadavg()]},
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": bench_hub_steps.machine(), "command": bench_hub_steps.command(),
         "note": "best of the repeats per part: the parts' bests need not come from one repeat, so they need not add up",
         "runs": runs,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return bench_hub_steps.report(result, args.out)
 
 
 if __name__ == "__main__":

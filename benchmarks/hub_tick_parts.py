@@ -23,9 +23,6 @@ hub's fixed part counted in).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -164,16 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     summary["cpu_ms_per_gpu_product_estimate_no_rank"] = round(low["cpu_ms_per_round_product_estimate"] / low["gpus"], 4)
     result = {
         "benchmark": "hub_tick_parts", "gpumix_from": str(Path(gpumix.__file__).parent),
-        "machine": {"hostname": platform.node(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "load_average": [round(x, 2) for x in os.getloadavg()]},
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": bench_hub_steps.machine(), "command": bench_hub_steps.command(),
         "summary": summary, "runs": runs,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return bench_hub_steps.report(result, args.out)
 
 
 if __name__ == "__main__":
