@@ -12,6 +12,8 @@
 #           grouped by `benchmarks/rss_breakdown.py`), gpumix-top also with MALLOC_ARENA_MAX=2.
 #   PART=more: the hub over 30 s windows (twice), RSS by kind with and without the -OO re-exec, the
 #           re-exec's environment, the 80x24 bytes by row after 45 s (both tools), the demo attached at 80x24.
+#   PART=s10: the hub over 30 s windows (twice), RSS by kind (both tools, and without the re-exec), the agent's
+#           1 ms steps in 7 alternated pairs and with the GPU busy.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -102,6 +104,25 @@ if [ "$PART" = more ]; then  # session 8: longer hub windows, memory with and wi
     --seconds 8 --warmup "$WARM" --cols 80 --rows 24 --label demo-attached-80x24 --out "$WORK/tui_demo_attached_80x24_r3.json" \
     -- gpumix-top --interval 1
   stop_hub
+fi
+
+if [ "$PART" = s10 ]; then  # session 10: the hub over 30 s windows, memory by kind, the agent in 7 alternated pairs
+  for round in 1 2; do
+    step 90 "hub CPU per tick over 30 s, 10 simulated GPUs ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
+      --tick-seconds 30 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 --sim mixed-10" \
+      --out "$WORK/hub_tick30_mixed10_$round.json"
+  done
+  BREAK=($PY "$REPO/benchmarks/rss_breakdown.py" --warmup 10 --cols 160 --rows 48)
+  step 30 "RSS by kind, gpumix-top" "${BREAK[@]}" --out "$WORK/rss_breakdown_gpumix.json" -- gpumix-top --interval 1 $SRC
+  step 30 "RSS by kind, nvitop" "${BREAK[@]}" --out "$WORK/rss_breakdown_nvitop.json" -- nvitop --interval 1
+  step 30 "RSS by kind, gpumix-top keeping its docstrings (no -OO re-exec)" "${BREAK[@]}" \
+    --out "$WORK/rss_breakdown_gpumix_docstrings.json" -- env GPUMIX_TOP_DOCSTRINGS=1 gpumix-top --interval 1 $SRC
+  if [ "$DRY" != 1 ]; then  # 7 pairs: this VM's run-to-run spread (a run's median 6.8 to 14.5 µs) is the figure's error
+    step 180 "agent per step, 1 ms steps, CUDA loss, 7 pairs" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both \
+      --pairs 7 --steps 5000 --body-us 1000 --out "$WORK/agent_calls_1ms_p7.json"
+    step 100 "agent per step, 1 ms steps, GPU busy, a new CUDA loss each step" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda \
+      --case both --pairs 3 --steps 5000 --body-us 1000 --gpu-work 2048 --out "$WORK/agent_calls_1ms_gpu_busy.json"
+  fi
 fi
 
 if [ "$PART" = rss ]; then
