@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from hashlib import sha512
 
 from gpumix.sim import job_model
 from gpumix.sim.rig import Rig, SimGpuSpec
@@ -22,6 +23,8 @@ from gpumix.sim.world import StepTiming, World, effective_link_bytes_per_s  # no
 GIB = 1024**3
 IDLE_MEM_BYTES = 300 * 1024**2
 AMBIENT_C = 30.0
+# random.Random.seed's int branch (the C generator's own): a str seed is this int of its bytes and their SHA-512
+_SEED_INT = random.Random.__mro__[1].seed
 
 
 @dataclass
@@ -59,6 +62,11 @@ class SimMachine:
         self.lost: set[int] = set()
         # Until real ranks (the demo job) drive the GPUs, an equal-split job keeps them busy.
         self.synthetic_job = True
+        # the noise of the second at hand, by (gpu, what): a tick asks for a GPU's power noise four times
+        self._noise_second: tuple[int, int] | None = None  # (rig seed, second) the memo is for
+        self._noise_memo: dict[tuple[int, str], tuple[float, float]] = {}  # -> (noise, its spread)
+        self._noise_rng = random.Random(0)  # reseeded per reading, under _noise_lock
+        self._noise_lock = threading.Lock()
 
     def tick(self) -> None:
         """Called before each sampling round."""
@@ -92,10 +100,24 @@ class SimMachine:
     # -- readings ---------------------------------------------------------------
 
     def _noise(self, index: int, what: str, spread: float) -> float:
-        """Deterministic jitter: the same seed and second give the same readings."""
-        second = int(self.clock())
-        rng = random.Random(f"{self.rig.seed}:{index}:{what}:{second}")
-        return 1.0 + rng.uniform(-spread, spread)
+        """Deterministic jitter: the same seed and second give the same readings. Bit for bit
+        `1.0 + random.Random(f"{seed}:{index}:{what}:{second}").uniform(-spread, spread)` (tests/test_sim_noise_s10.py),
+        seeded as Random seeds a str (its SHA-512 appended) without a Random made per reading, and
+        computed once a second per GPU and kind (the world is what other benchmarks measure in: it must not move)."""
+        stamp = (self.rig.seed, int(self.clock()))
+        if stamp != self._noise_second:
+            self._noise_memo = {}
+            self._noise_second = stamp
+        memo = self._noise_memo
+        key = (index, what)
+        value = memo.get(key)
+        if value is None or value[1] != spread:
+            seed = f"{stamp[0]}:{index}:{what}:{stamp[1]}".encode()
+            with self._noise_lock:  # one generator for every reading: the control thread may read too
+                _SEED_INT(self._noise_rng, int.from_bytes(seed + sha512(seed).digest(), "big"))
+                draw = self._noise_rng.random()
+            value = memo[key] = (1.0 + (-spread + (spread - -spread) * draw), spread)
+        return value[0]
 
     def power_demand_w(self, index: int) -> float:
         gpu = self.gpus[index]
