@@ -51,6 +51,17 @@ _PERMANENT_ERRORS = (
     pynvml.NVMLError_NotFound,
 )
 
+_EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
+# A tick's readings of a GPU, in the order they are asked, around the slow ones (_slow_readings)
+_TICK_CALLS_BEFORE_SLOW: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("nvmlDeviceGetUtilizationRates", ()), ("nvmlDeviceGetMemoryInfo", ()), ("nvmlDeviceGetPowerUsage", ()),
+    ("nvmlDeviceGetEnforcedPowerLimit", ()))
+_TICK_CALLS_AFTER_SLOW: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("nvmlDeviceGetTemperature", (pynvml.NVML_TEMPERATURE_GPU,)), ("nvmlDeviceGetFanSpeed", ()),
+    ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,)), ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_MEM,)),
+    (_EVENT_REASONS, ()), ("nvmlDeviceGetCurrPcieLinkGeneration", ()), ("nvmlDeviceGetCurrPcieLinkWidth", ()),
+    ("nvmlDeviceGetComputeRunningProcesses", ()))
+
 
 def decode_clock_event_reasons(mask: int) -> list[str]:
     return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
@@ -209,36 +220,51 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         if index in self._lost:
             sample.lost = True
             return sample
-        call = self._call
-        util = call(index, "nvmlDeviceGetUtilizationRates")
+        util, memory, power_mw, enforced_mw = self._guarded_calls(index, _TICK_CALLS_BEFORE_SLOW)
         if util is not None:
             sample.util_gpu_pct = float(util.gpu)
             sample.util_mem_pct = float(util.memory)
-        memory = call(index, "nvmlDeviceGetMemoryInfo")
         if memory is not None:
             sample.mem_used_bytes = int(memory.used)
             sample.mem_total_bytes = int(memory.total)
-        power_mw = call(index, "nvmlDeviceGetPowerUsage")
         sample.power_w = power_mw / 1000 if power_mw is not None else None
-        enforced_mw = call(index, "nvmlDeviceGetEnforcedPowerLimit")
         sample.power_cap_enforced_w = enforced_mw / 1000 if enforced_mw is not None else None
         sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index)
-        sample.temperature_c = call(index, "nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
-        sample.fan_pct = call(index, "nvmlDeviceGetFanSpeed")
-        sample.clock_sm_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM)
-        sample.clock_mem_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM)
-        reasons = call(index, "nvmlDeviceGetCurrentClocksEventReasons")
-        if reasons is None:  # drivers before 535 know only the old name
-            reasons = call(index, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        (sample.temperature_c, sample.fan_pct, sample.clock_sm_mhz, sample.clock_mem_mhz, reasons,
+         gen, width, processes) = self._guarded_calls(index, _TICK_CALLS_AFTER_SLOW)
         sample.clock_event_reasons = decode_clock_event_reasons(reasons) if reasons is not None else None
-        sample.pcie_link_gen_current = call(index, "nvmlDeviceGetCurrPcieLinkGeneration")
-        sample.pcie_link_width_current = call(index, "nvmlDeviceGetCurrPcieLinkWidth")
-        processes = call(index, "nvmlDeviceGetComputeRunningProcesses") or []
-        sample.processes = [GpuProcess(pid=int(p.pid), gpu_mem_bytes=p.usedGpuMemory) for p in processes]
+        sample.pcie_link_gen_current = gen
+        sample.pcie_link_width_current = width
+        sample.processes = [GpuProcess(pid=int(p.pid), gpu_mem_bytes=p.usedGpuMemory) for p in processes or ()]
         sample.energy_j = self._integrate_energy(index, sample.power_w)
         if index in self._lost:  # lost during this tick
             return GpuSample(index=index, uuid=info.uuid, timestamp_s=sample.timestamp_s, lost=True)
         return sample
+
+    def _guarded_calls(self, index: int, calls: tuple[tuple[str, tuple[Any, ...]], ...]) -> list[Any]:
+        """`_call(index, name, *args)` for each of CALLS in order, in one frame (issue 13: a Python call per
+        reading, 13 a GPU a tick): the same values, the same errors remembered, the same calls asked. The
+        clock event reasons' old name is asked, next, only where the new name gave nothing (drivers before 535)."""
+        nvml, handle, lost, unsupported = self._nvml, self._handles[index], self._lost, self.unsupported
+        values: list[Any] = []
+        for name, args in calls:
+            value = None
+            if index not in lost and (index, name) not in unsupported:
+                try:
+                    value = getattr(nvml, name)(handle, *args)
+                except pynvml.NVMLError_GpuIsLost:
+                    lost.add(index)
+                except _PERMANENT_ERRORS as error:
+                    unsupported[(index, name)] = str(error)
+                except AttributeError:  # an older binding without this function
+                    unsupported[(index, name)] = "Function Not Found"
+                except pynvml.NVMLError:
+                    pass  # transient (Timeout, Unknown): ask again next tick
+            if name == _EVENT_REASONS:
+                if value is None:
+                    value = self._call(index, "nvmlDeviceGetCurrentClocksThrottleReasons")
+            values.append(value)
+        return values
 
     def _slow_readings(self, index: int) -> tuple[float | None, int | None]:
         """Power-management limit and replay counter: ~0.37 ms each, read every few seconds."""
