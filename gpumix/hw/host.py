@@ -8,6 +8,8 @@ from typing import Any
 
 import psutil
 
+from gpumix.hw.core_percents import CorePercents
+
 
 @dataclass
 class HostSample:
@@ -75,10 +77,10 @@ class HostSampler:
         self._static: dict[int, tuple[str | None, str | None, str | None]] = {}
         self._ticks = 0
         self._infiniband = False
-        psutil.cpu_percent(percpu=True)  # prime: the first call has nothing to compare with
+        self._cores = CorePercents()  # primed: the first reading has nothing to compare with
 
     def sample(self) -> HostSample:
-        per_core = psutil.cpu_percent(percpu=True)
+        per_core = self._cores.percents()
         if self._ticks % INFINIBAND_EVERY_TICKS == 0:
             self._infiniband = _has_infiniband()
         self._ticks += 1
