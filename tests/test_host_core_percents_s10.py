@@ -75,3 +75,44 @@ def test_the_host_sample_reads_the_cores_without_psutil_s_comparison(monkeypatch
     sample = sampler.sample()
     assert len(sample.cpu_per_core_pct) == psutil.cpu_count()
     assert sample.cpu_pct == sum(sample.cpu_per_core_pct) / len(sample.cpu_per_core_pct)
+
+
+def _old_memory_bytes(meminfo: str) -> tuple[int, int, int, int] | None:
+    """gpumix/hw/host.py's memory_bytes before session 10 (a partition per line)."""
+    try:
+        with open(meminfo, encoding="ascii") as file:
+            fields = {name: int(rest.split()[0]) * 1024 for name, _, rest in (line.partition(":") for line in file)
+                      if name in ("MemTotal", "MemAvailable", "MemFree", "SwapTotal", "SwapFree")}
+    except (OSError, ValueError, IndexError):
+        return None
+    if not {"MemTotal", "MemAvailable", "SwapTotal", "SwapFree"} <= fields.keys():
+        return None
+    total, available = fields["MemTotal"], fields["MemAvailable"]
+    if available > total:
+        available = fields.get("MemFree", total)
+    swap_total = fields["SwapTotal"]
+    swap_used = swap_total - fields["SwapFree"]
+    return (min(max(total - available, 0), total), total, min(max(swap_used, 0), swap_total), swap_total)
+
+
+def test_memory_from_one_regex_is_the_line_by_line_reading(tmp_path: Path) -> None:
+    from gpumix.hw.host import memory_bytes
+
+    names = ["MemTotal", "MemFree", "MemAvailable", "SwapTotal", "SwapFree", "Buffers", "MemTotalX", "xMemFree",
+             "HugePages_Total", "SwapCached"]
+    tails = [": {n} kB", ":{n} kB", ":   {n}", ": {n}", ":", ": kB", ": -{n} kB", ": {n}x kB", "", " : {n} kB",
+             ": {n} kB : 3", ":\t{n}\tkB"]
+    meminfo = tmp_path / "meminfo"
+    real = Path("/proc/meminfo").read_text(encoding="ascii")
+    assert memory_bytes(str(Path("/proc/meminfo"))) is not None
+    for seed in range(600):
+        rng = random.Random(seed)
+        lines = real.splitlines() if seed % 5 == 0 else []
+        for _ in range(rng.randrange(0, 12)):
+            tail = rng.choice(tails[:4]) if rng.random() < 0.7 else rng.choice(tails)
+            lines.insert(rng.randrange(len(lines) + 1), rng.choice(names) + tail.format(n=rng.randrange(0, 10**9)))
+        text = "\n".join(lines) + rng.choice(["\n", "", "\r\n", "\n\n"])
+        meminfo.write_text(text, encoding="ascii")
+        assert memory_bytes(str(meminfo)) == _old_memory_bytes(str(meminfo)), text
+    meminfo.write_bytes(b"MemTotal: 10 kB\nMemAvailable: \xff kB\n")
+    assert memory_bytes(str(meminfo)) is None is _old_memory_bytes(str(meminfo))

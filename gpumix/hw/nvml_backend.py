@@ -246,8 +246,8 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         reading, 13 a GPU a tick): the same values, the same errors remembered, the same calls asked. The
         clock event reasons' old name is asked, next, only where the new name gave nothing (drivers before 535)."""
         nvml, handle, lost, unsupported = self._nvml, self._handles[index], self._lost, self.unsupported
-        values: list[Any] = []
-        for name, args in calls:
+        values: list[Any] = [None] * len(calls)
+        for slot, (name, args) in enumerate(calls):
             value = None
             if index not in lost and (index, name) not in unsupported:
                 try:
@@ -263,7 +263,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
             if name == _EVENT_REASONS:
                 if value is None:
                     value = self._call(index, "nvmlDeviceGetCurrentClocksThrottleReasons")
-            values.append(value)
+            values[slot] = value
         return values
 
     def _slow_readings(self, index: int) -> tuple[float | None, int | None]:
