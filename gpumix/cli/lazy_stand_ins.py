@@ -6,7 +6,13 @@
   `textual.app` uuid for deliver_binary; a notification (a toast) or a new plan's id loads it;
 - `difflib` (~0.1 MB): `textual.suggestions` imports `get_close_matches` to suggest a name in a CSS error
   ("did you mean ...?"), which the app's own CSS never raises;
-- `mimetypes` (~0.1 MB): `textual.app` imports it for deliver_binary/deliver_text's file types.
+- `mimetypes` (~0.1 MB): `textual.app` imports it for deliver_binary/deliver_text's file types;
+- `typing_extensions` (~0.35 MB): Textual imports Final, Literal, Self, TypeAlias, TypeGuard, Protocol,
+  runtime_checkable, TypedDict and ParamSpec from it, for type hints. The stand-in answers these with `typing`'s
+  own (the same objects for the first five; for the others, the standard library's versions of the same, which
+  Textual uses only for hints, a TypedDict (a dict at run time) and isinstance checks against one protocol
+  of one method, `blend`).
+  A name `typing` lacks (Self before Python 3.11) or any other name loads the real module.
 
 Installed before Textual loads, each is a stand-in module: the functions named here call the real ones, and any
 other name loads the real module, which then takes its own place in sys.modules (a later import gets it).
@@ -21,6 +27,7 @@ import importlib.util
 import sys
 import threading
 import types
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -88,4 +95,22 @@ def install_stand_in(name: str, functions: tuple[str, ...]) -> bool:
     return True
 
 
+# module -> names answered with `typing`'s objects of the same name, where this Python's typing has them
+TYPING_STAND_INS: dict[str, tuple[str, ...]] = {
+    "typing_extensions": ("Final", "Literal", "Self", "TypeAlias", "TypeGuard", "Protocol", "runtime_checkable",
+                          "TypedDict", "ParamSpec")}
+
+
+def install_typing_stand_in(name: str, names: tuple[str, ...]) -> bool:
+    """A stand-in for NAME whose NAMES are `typing`'s; True when installed (see install_stand_in)."""
+    if not install_stand_in(name, ()):
+        return False
+    stand_in = sys.modules[name]
+    for alias in names:
+        if hasattr(typing, alias):
+            setattr(stand_in, alias, getattr(typing, alias))
+    return True
+
+
 INSTALLED = {name: install_stand_in(name, functions) for name, functions in STAND_INS.items()}
+INSTALLED.update({name: install_typing_stand_in(name, names) for name, names in TYPING_STAND_INS.items()})
