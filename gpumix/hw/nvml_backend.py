@@ -21,11 +21,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pynvml
 
+from gpumix.hw.call_pool import CallPool
 from gpumix.hw.nvml_pcie import NvmlPcie
 from gpumix.hw.nvml_topology import NvmlTopology, _text
 from gpumix.hw.pcie_counters import PcieCounters
@@ -123,7 +123,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         self._pcie_lock = threading.Lock()  # the sampler and the wrap guard both read counters
         self._pcie_guard: threading.Thread | None = None
         self._guard_stop = threading.Event()
-        self._pcie_fallback_pool: ThreadPoolExecutor | None = None
+        self._pcie_fallback_pool: CallPool | None = None
         self._slow_read_at: dict[int, float] = {}
         self._slow_values: dict[int, tuple[float | None, int | None]] = {}
         self._energy_j: dict[int, float] = {}
@@ -293,5 +293,5 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
     def close(self) -> None:
         self._guard_stop.set()
         if self._pcie_fallback_pool is not None:
-            self._pcie_fallback_pool.shutdown(wait=False)
+            self._pcie_fallback_pool.shutdown()
         self._system_call("nvmlShutdown")

@@ -11,10 +11,10 @@ What it may import: pynvml, gpumix.hw."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pynvml
 
+from gpumix.hw.call_pool import CallPool
 from gpumix.hw.pcie import link_bytes_per_s
 from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S, PCIE_GUARD_MIN_WAIT_S, PcieCounters
 from gpumix.hw.types import GpuInfo, GpuSample
@@ -168,16 +168,11 @@ class NvmlPcie:
     def _pcie_from_throughput(self, samples: list[GpuSample]) -> None:
         """nvmlDeviceGetPcieThroughput blocks ~21 ms per call: run them all in parallel."""
         if self._pcie_fallback_pool is None:
-            self._pcie_fallback_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pcie")
-        jobs = [
-            (sample, counter, self._pcie_fallback_pool.submit(self._call, sample.index, "nvmlDeviceGetPcieThroughput", counter))
-            for sample in samples
-            for counter in (pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES)
-        ]
-        for sample, counter, job in jobs:
-            kb_per_s = job.result()
-            rate = kb_per_s * 1000.0 if kb_per_s is not None else None
-            if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES:
-                sample.pcie_tx_bytes_per_s = rate
-            else:
-                sample.pcie_rx_bytes_per_s = rate
+            self._pcie_fallback_pool = CallPool(max_workers=16, thread_name_prefix="pcie")
+        call, tx, rx = self._call, pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES
+        values = self._pcie_fallback_pool.run([
+            (call, (sample.index, "nvmlDeviceGetPcieThroughput", counter)) for sample in samples for counter in (tx, rx)])
+        for slot, sample in enumerate(samples):
+            tx_kb_per_s, rx_kb_per_s = values[2 * slot], values[2 * slot + 1]
+            sample.pcie_tx_bytes_per_s = tx_kb_per_s * 1000.0 if tx_kb_per_s is not None else None
+            sample.pcie_rx_bytes_per_s = rx_kb_per_s * 1000.0 if rx_kb_per_s is not None else None
