@@ -51,12 +51,15 @@ def agent_write() -> tuple[bytes, str]:
     return b"".join(protocol.encode(message) for message in messages), "one message per step"
 
 
-def make_hub() -> Any:
+def make_hub(world_clock: Any = None) -> Any:
+    """A hub over the simulated mixed-10, its world (the machine and its NVML's slow readings) on WORLD_CLOCK
+    (default: the monotonic clock)."""
     from gpumix.cli.hardware import simulated_hardware
     from gpumix.hub import Hub
     from gpumix.sim.rig import load_builtin_rig
 
-    hub = Hub(simulated_hardware(load_builtin_rig("mixed-10")))
+    rig = load_builtin_rig("mixed-10")
+    hub = Hub(simulated_hardware(rig) if world_clock is None else simulated_hardware(rig, clock=world_clock))
     hub.tick()
     return hub
 

@@ -23,6 +23,8 @@ hub's fixed part counted in).
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import sys
 import time
 from pathlib import Path
@@ -90,17 +92,29 @@ class CallCounter:
         self.calls[key] = self.calls.get(key, 0) + 1
 
 
+class RoundClock:
+    """The simulated world's clock, one second a round (session 10): on the monotonic clock, the many rounds a
+    second made the world's per-second noise, its PCIe window and the 5 s slow readings rarer than at a hub's
+    1 s ticks. Read through C (a partial of attrgetter), one call like time.monotonic, no Python frame."""
+
+    def __init__(self) -> None:
+        self.now_s = time.monotonic()
+        self.read = functools.partial(operator.attrgetter("now_s"), self)
+
+
 def make_round(ranks: int) -> Any:
     from gpumix.hub import requests as hub_requests  # noqa: F401 - the server's module, imported as it is
     from gpumix.hub.agent_stream import FrameCutter, handle_frames
     from gpumix.wire import protocol
 
     data, _ = bench_hub_steps.agent_write()
-    hub = bench_hub_steps.make_hub()
+    clock = RoundClock()
+    hub = bench_hub_steps.make_hub(world_clock=clock.read)
     keys = [hub.agent_hello(bench_hub_steps.hello(rank)) for rank in range(ranks)]
     cutters = [FrameCutter() for _ in keys]
 
     def one_round() -> None:
+        clock.now_s += 1.0  # a round is a hub second: the world's noise and slow readings as at 1 s ticks
         for key, cutter in zip(keys, cutters, strict=True):
             handle_frames(hub, key, cutter.frames(data))
         hub.tick()
