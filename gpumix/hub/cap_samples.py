@@ -50,13 +50,20 @@ class CapSamples:
         if not (_finite(cap_w, 1.0, 10_000.0) and _finite(samples, 1.0, 1e7) and _finite(compute_s, 0.0, 1e6)
                 and _finite(step_s, 1e-9, 1e6)) or compute_s <= 0:
             return
+        entry = self._pair(uuid, (int(samples), round(cap_w / CAP_RESOLUTION_W) * CAP_RESOLUTION_W), now_s)
+        entry.compute_s.append(compute_s)
+        entry.step_s.append(step_s)
+        entry.last_seen_s = now_s
+
+    def _pair(self, uuid: str, key: tuple[int, float], now_s: float) -> _Samples:
+        """The (samples, cap) pair's samples on GPU `uuid`, made (or reset, if stale) as needed; the GPU and
+        the pair moved last (the newest), the oldest GPUs and pairs beyond the bounds dropped."""
         gpu = self._by_gpu.get(uuid)
         if gpu is None:
             if len(self._by_gpu) >= MAX_GPUS:
                 self._by_gpu.popitem(last=False)
             gpu = self._by_gpu[uuid] = OrderedDict()
         self._by_gpu.move_to_end(uuid)
-        key = (int(samples), round(cap_w / CAP_RESOLUTION_W) * CAP_RESOLUTION_W)
         entry = gpu.get(key)
         if entry is not None and now_s - entry.last_seen_s > MAX_AGE_S:  # what expire() would have dropped
             del gpu[key]
@@ -66,9 +73,7 @@ class CapSamples:
                 gpu.popitem(last=False)
             entry = gpu[key] = _Samples()
         gpu.move_to_end(key)
-        entry.compute_s.append(compute_s)
-        entry.step_s.append(step_s)
-        entry.last_seen_s = now_s
+        return entry
 
     def add_many(self, uuid: str | None, cap_w: float | None, rows: list[tuple[float | None, float, float]],
                  now_s: float) -> None:
@@ -87,9 +92,9 @@ class CapSamples:
         for samples, compute_s, step_s in rows:
             key = (int(samples), cap_key)  # type: ignore[arg-type]
             if key != last_key or entry is None:
-                self.add(uuid, cap_w, samples, compute_s, step_s, now_s)  # the GPU's and the pair's bookkeeping
-                last_key, entry = key, self._by_gpu[uuid][key]
-                continue
+                # the GPU's and the pair's bookkeeping, as add() does (the row was checked above: issue 13)
+                last_key, entry = key, self._pair(uuid, key, now_s)  # type: ignore[arg-type]
+                entry.last_seen_s = now_s
             entry.compute_s.append(compute_s)  # the same pair as the row before: just seen, already last
             entry.step_s.append(step_s)
 
