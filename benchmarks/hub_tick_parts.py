@@ -102,7 +102,9 @@ class RoundClock:
         self.read = functools.partial(operator.attrgetter("now_s"), self)
 
 
-def make_round(ranks: int) -> Any:
+def make_round(ranks: int, client: bool = True) -> Any:
+    """(the hub, one round): R ranks' writes read, one tick, and with CLIENT one snapshot reply encoded (the
+    device's measure, `bench_hub.py --tick-cpu`, has no client)."""
     from gpumix.hub import requests as hub_requests  # noqa: F401 - the server's module, imported as it is
     from gpumix.hub.agent_stream import FrameCutter, handle_frames
     from gpumix.wire import protocol
@@ -118,7 +120,8 @@ def make_round(ranks: int) -> Any:
         for key, cutter in zip(keys, cutters, strict=True):
             handle_frames(hub, key, cutter.frames(data))
         hub.tick()
-        protocol.encode({"type": "snapshot", "snapshot": hub.snapshot()})
+        if client:
+            protocol.encode({"type": "snapshot", "snapshot": hub.snapshot()})
 
     return hub, one_round
 
