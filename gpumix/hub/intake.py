@@ -81,7 +81,6 @@ class AgentIntake:
         if stream is None or not steps:
             return False
         stream.last_seen_s = now_s
-        kept = []
         for step in steps:
             rejected = step.pop("rejected", ())
             if rejected:
@@ -89,16 +88,22 @@ class AgentIntake:
                     log.warning("hub: rank %d of %s sent %s out of range: dropped (counted in rejected_values)",
                                 stream.rank, job_name(stream.job, stream.run_id), ", ".join(rejected))
                 stream.rejected_values += len(rejected)
-            if step["step_time_s"] is not None:  # else a step time out of range: the step tells nothing
-                kept.append(step)
-        stream.steps.extend(kept)
-        stream.losses.extend(loss for step in kept if (loss := step.get("loss")) is not None)
-        if not stream.amp_counted:  # rank_summary looks for the GradScaler's counts only once one came
-            stream.amp_counted = any(step.get("amp_skipped_steps") is not None for step in kept)
+        kept = [step for step in steps if step["step_time_s"] is not None]  # else out of range: it tells nothing
         uuid = stream.gpu_uuid or ""
         since_s = cap_since_wall_s.get(uuid, 0.0) if cap_since_wall_s else 0.0
-        rows = [(step.get("samples"), step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0),
-                 step["step_time_s"]) for step in kept if not (step.get("t") is not None and step["t"] < since_s)]
+        try:  # a parsed step holds every field: read by key, a list each, no call a step (issue 13)
+            losses = [loss for step in kept if (loss := step["loss"]) is not None]
+            amp = stream.amp_counted or [True for step in kept if step["amp_skipped_steps"] is not None] != []
+            rows = [(step["samples"], step["step_time_s"] - (step["comm_s"] or 0.0) - (step["data_wait_s"] or 0.0),
+                     step["step_time_s"]) for step in kept if not ((t := step["t"]) is not None and t < since_s)]
+        except KeyError:  # a step made elsewhere, without every field: absent is None
+            losses = [loss for step in kept if (loss := step.get("loss")) is not None]
+            amp = stream.amp_counted or any(step.get("amp_skipped_steps") is not None for step in kept)
+            rows = [(step.get("samples"), step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0),
+                     step["step_time_s"]) for step in kept if not (step.get("t") is not None and step["t"] < since_s)]
+        stream.steps.extend(kept)
+        stream.losses.extend(losses)
+        stream.amp_counted = amp  # rank_summary looks for the GradScaler's counts only once one came
         self._cap_samples.add_many(stream.gpu_uuid, caps_w.get(uuid), rows, now_s)
         return True
 
