@@ -33,6 +33,7 @@ from gpumix.tui import format as fmt
 from gpumix.tui.controls import UserControls
 from gpumix.tui.gpu_table import GpuTable
 from gpumix.tui.held_history import HeldHistory
+from gpumix.tui.key_display import PlainKeyDisplay
 from gpumix.tui.navigation import Navigation
 from gpumix.tui.palette import Palette
 from gpumix.tui.panels import (
@@ -65,7 +66,7 @@ class DetailPanel(TextPanel):
             self.call_after_refresh(show)
 
 
-class GpumixApp(UserControls, Navigation, StaleWatch, SizeWatch, App[None]):
+class GpumixApp(UserControls, Navigation, StaleWatch, SizeWatch, PlainKeyDisplay, App[None]):
     """Composition, polling and rendering; the controls' actions and workflows come from
     UserControls (gpumix.tui.controls), the views' from Navigation (gpumix.tui.navigation), the lost
     hub's notice from StaleWatch (gpumix.tui.staleness), the too-small notice from SizeWatch."""
