@@ -4,12 +4,12 @@ controls that change something are gpumix.tui.controls."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from gpumix.tui.advice_screens import FindingsScreen, TiersScreen
-from gpumix.tui.ranks_screen import RanksScreen
-from gpumix.tui.screens import GpuChartsScreen, HelpScreen, ProcessesScreen, TopologyScreen
-from gpumix.tui.snapshot_view import SnapshotView
+# each view's screen loads when first opened (issue 13: RSS; with the charts, dialogs and topology they use)
+if TYPE_CHECKING:
+    from gpumix.tui.snapshot_view import SnapshotView
 
 
 class Navigation:
@@ -22,18 +22,27 @@ class Navigation:
         return self.table.selected_uuid
 
     def action_help(self) -> None:
+        from gpumix.tui.screens import HelpScreen
+
         self.push_screen(HelpScreen())
 
     def action_topology(self) -> None:
+        from gpumix.tui.screens import TopologyScreen
+
         self._push_view(TopologyScreen())
 
     def action_processes(self) -> None:
+        from gpumix.tui.screens import ProcessesScreen
+
         self._push_view(ProcessesScreen())
 
     def action_charts(self) -> None:
         uuid = self.selected_uuid
-        if uuid is None or isinstance(self.screen, GpuChartsScreen):
+        screens = sys.modules.get("gpumix.tui.screens")  # not loaded: no charts screen is open
+        if uuid is None or (screens is not None and isinstance(self.screen, screens.GpuChartsScreen)):
             return  # one charts screen at a time: Enter again must not stack another (the stress test: 60)
+        from gpumix.tui.screens import GpuChartsScreen
+
         self.push_screen(GpuChartsScreen(uuid))  # it draws the latest snapshot once mounted
 
     def action_switch_view(self) -> None:
@@ -42,12 +51,18 @@ class Navigation:
             self.render_snapshot(self.snapshot)
 
     def action_ranks(self) -> None:
+        from gpumix.tui.ranks_screen import RanksScreen
+
         self._push_view(RanksScreen())
 
     def action_findings(self) -> None:
+        from gpumix.tui.advice_screens import FindingsScreen
+
         self._push_view(FindingsScreen())
 
     def action_tiers(self) -> None:
+        from gpumix.tui.advice_screens import TiersScreen
+
         self._push_view(TiersScreen())
 
     def _push_view(self, screen: SnapshotView) -> None:
