@@ -246,6 +246,8 @@ def run_app(source: Any, args: argparse.Namespace) -> int:
     import gpumix.cli.lazy_stand_ins  # noqa: F401  (before Textual: what it imports and never calls, on first use)
     from gpumix.tui.app import GpumixApp  # textual loads only for the interactive monitor
 
+    # App.run imports textual.pilot (and its headless driver) for an auto-pilot the monitor never has
+    gpumix.cli.lazy_stand_ins.install_stand_in("textual.pilot", ("Pilot",))
     app = GpumixApp(source, interval_s=args.interval, theme=args.theme, readonly=args.readonly)
     app.run()
     return app.return_code or 0  # 1 when the app ended on an unhandled exception (Textual prints it)
