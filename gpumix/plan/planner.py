@@ -44,6 +44,7 @@ from gpumix.plan.memory import (
     factorize,
     micro_batch_cap,
 )
+from gpumix.plan.padding import padding_basis, with_possible_stairs
 from gpumix.plan.plan_json import plan_to_json
 from gpumix.plan.prediction import balanced_shares, comm_model, hindsight_error, ideal, predict
 from gpumix.plan.request_checks import check_request
@@ -120,7 +121,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
     """The split for `request`; PlanError (a ValueError, one line) for a request refused."""
     check_request(measures, request)
     deadline = Deadline(time_limit_s)
-    measures = with_stairs(sorted(measures, key=lambda m: m.rank), request)
+    measures = with_possible_stairs(with_stairs(sorted(measures, key=lambda m: m.rank), request), request)
     part = [m for m in measures if m.rank not in request.exclude]
     B = request.global_batch
     comm = comm_model(measures, request)
@@ -142,7 +143,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
         ideal=ideal(B, part, comm), kept_current=kept, note=note,
         fast_tier_only=_fast_tier_only(measures, part, request, comm, deadline),
         best_without_tier=best_without_tier(part, request, comm, deadline),
-        compute_basis=tuple((m.rank, m.compute_estimate()[1]) for m in part),
+        compute_basis=tuple((m.rank, padding_basis(m, m.compute_estimate()[1])) for m in part),
         comm_basis=comm.basis([m.link_bytes_per_s for m in part]),
     )
 

@@ -19,7 +19,8 @@ def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommMod
 
 def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
     taking_part = [(n, m) for n, m in zip(samples, measures, strict=True) if n > 0]
-    compute = max((m.compute_curve().time_s(n) for n, m in taking_part), default=0.0)
+    # where a rank's tile is unknown, what its count costs on average over the tiles left open (plan.padding)
+    compute = max((m.expected_time_s(n) for n, m in taking_part), default=0.0)
     waits = comm.seconds([m.link_bytes_per_s for _, m in taking_part], compute)
     return Prediction(compute_s=compute, allreduce_s=waits, samples=sum(samples))
 

@@ -61,6 +61,10 @@ class RankMeasure:
     compute_point_micro_batches: tuple[int | None, ...] = ()  # the points' micro-batches; () unknown
     tiled_curve: ComputeCurve | None = None  # set by the planner where stairs were learned (plan.stairs)
     tile_samples: int | None = None  # the tile learned with it
+    # where no tile was learned and one count measured: the curves under each wider tile the tier's
+    # points do not rule out (plan.padding); a prediction takes their mean with the plain curve's
+    possible_curves: tuple[ComputeCurve, ...] = ()
+    possible_tiles: tuple[int, ...] = ()  # their tiles
 
     @property
     def compute_samples_per_s(self) -> float:
@@ -84,6 +88,15 @@ class RankMeasure:
     def compute_curve(self) -> ComputeCurve:
         """t_r(n): over whole-tile work where the planner learned stairs, else compute_estimate's."""
         return self.tiled_curve or self.compute_estimate()[0]
+
+    def expected_time_s(self, samples: int) -> float:
+        """t_r(n) where the tile is unknown: the mean over the tiles the points leave open (the plain
+        curve among them), a tile's padding never faster than the plain curve."""
+        plain_s = self.compute_curve().time_s(samples)
+        if not self.possible_curves:
+            return plain_s
+        return (plain_s + sum(max(plain_s, c.time_s(samples)) for c in self.possible_curves)) / \
+            (1 + len(self.possible_curves))
 
     def measured_points(self) -> list[tuple[int, int | None, float]]:
         """(samples, micro-batch, compute s) of each split measured, the one running now last."""

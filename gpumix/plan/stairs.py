@@ -41,7 +41,7 @@ def pass_work(samples: int, micro_batch: int | None, tile: int) -> int:
 FIXED_SHARE_MAX = 0.5
 
 
-def _consistent(points: Sequence[tuple[int, int | None, float]], tile: int) -> bool:
+def consistent(points: Sequence[tuple[int, int | None, float]], tile: int) -> bool:
     """No point takes more time, relative to another, than its whole-tile work does, nor less than
     its work's growth less the most a fixed cost can hide."""
     for (n_a, m_a, t_a), (n_b, m_b, t_b) in combinations(points, 2):
@@ -60,7 +60,7 @@ def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: i
     compute s) are consistent with; the granularity where they are with it, or with none."""
     tile = max(1, granularity)
     found = [p for p in points if p[0] > 0 and p[2] > 0]
-    while tile <= MAX_ALIGNED_TILE and not _consistent(found, tile):
+    while tile <= MAX_ALIGNED_TILE and not consistent(found, tile):
         tile *= 2
     return tile if tile <= MAX_ALIGNED_TILE else max(1, granularity)
 

@@ -1,0 +1,70 @@
+"""Stairs one measured count cannot show: what another count may pay, in expectation.
+
+A GPU computes a pass in whole tiles (plan.stairs), and a rank measured at one count cannot show how
+wide they are: from 64 samples on every rank, 88 costs 88 in tiles of 4 or 8 and 96 in tiles of 16.
+The search keeps choosing by the plain curve (a prior on the tile chose worse splits: docs/planner.md,
+session 7); the prediction (the step time shown, and the gain a restart is decided by) takes, for such
+a rank, the mean over the plain curve and the tiles its tier has not ruled out (granularity x 2^j up to
+MAX_ALIGNED_TILE, consistent with every point of every rank of the tier: the same GPU model runs the
+same kernels), so a count that may land on a stair is predicted as it lands on average. The split
+running now is predicted as measured (its count is a point of every tile's curve). Without a
+granularity (1) nothing changes: the user has said nothing of tiles, and counts are predicted plainly.
+
+Only ranks measured at one count: once a rank has run a second, its points had their chance to show a
+stair (plan.stairs learns it), and the re-plan's small moves from there are predicted by the curve
+through them; the mean there too cost second restarts the world pays for (docs/planner.md, session 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gpumix.model.step_model import Basis
+from gpumix.plan.memory import MAX_ALIGNED_TILE, effective_max_k, micro_batch_cap
+from gpumix.plan.split_types import PlanRequest, RankMeasure
+from gpumix.plan.stairs import consistent, tiled_curve
+
+
+def open_tiles(points: Sequence[tuple[int, int | None, float]], granularity: int) -> set[int]:
+    """The tiles wider than the granularity (x 2^j, at most MAX_ALIGNED_TILE) these points do not rule out."""
+    found = [p for p in points if p[0] > 0 and p[2] > 0]
+    tiles, tile = set(), max(1, granularity) * 2
+    while tile <= MAX_ALIGNED_TILE:
+        if consistent(found, tile):
+            tiles.add(tile)
+        tile *= 2
+    return tiles
+
+
+PADDING_BASIS = "another count: the mean of the plain curve and of whole tiles of {tiles} samples (not yet ruled out)"
+
+
+def with_possible_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[RankMeasure]:
+    """The measures, each rank measured at one count and without a learned tile with its curve under
+    every tile its tier leaves open (a tile one rank's points rule out is out for the tier)."""
+    if not 1 < request.granularity < MAX_ALIGNED_TILE:  # granularity 1: no tile said, counts predicted plainly
+        return list(measures)
+    open_by_rank = {m.rank: open_tiles(m.measured_points(), request.granularity) for m in measures}
+    by_tier: dict[str, set[int]] = {}
+    for m in measures:
+        if m.tier is not None:
+            by_tier[m.tier] = by_tier.get(m.tier, open_by_rank[m.rank]) & open_by_rank[m.rank]
+    found = []
+    for m in measures:
+        tiles = by_tier[m.tier] if m.tier is not None else open_by_rank[m.rank]
+        if m.tile_samples is None and tiles and len({n for n, _, _ in m.measured_points()}) == 1:
+            curves = tuple(tiled_curve(m.measured_points(), tile, micro_batch_cap(m, request),
+                                       effective_max_k(request), (m.current_samples, m.micro_batch))
+                           for tile in sorted(tiles))
+            m = replace(m, possible_curves=curves, possible_tiles=tuple(sorted(tiles)))
+        found.append(m)
+    return found
+
+
+def padding_basis(m: RankMeasure, basis: Basis) -> Basis:
+    """The rank's compute basis, saying where its prediction takes the mean over open tiles."""
+    if not m.possible_tiles:
+        return basis
+    note = PADDING_BASIS.format(tiles=", ".join(str(t) for t in m.possible_tiles))
+    return replace(basis, prior=f"{basis.prior}; {note}" if basis.prior else note)

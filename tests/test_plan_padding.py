@@ -1,0 +1,58 @@
+"""Stairs one measured count cannot show, predicted in expectation (gpumix.plan.padding)."""
+
+from __future__ import annotations
+
+import math
+
+from gpumix.plan.padding import open_tiles, with_possible_stairs
+from gpumix.plan.planner import PlanRequest, RankMeasure, plan, plan_to_json
+
+HUGE_LINK = 1e15  # comm ~ 0: compute alone decides
+
+
+def rank(index: int, tier: str, samples: int, compute_s: float,
+         points: tuple[tuple[int, float], ...] = ()) -> RankMeasure:
+    return RankMeasure(rank=index, samples_per_s=samples / compute_s, current_samples=samples,
+                       link_bytes_per_s=HUGE_LINK, micro_batch=samples, tier=tier, compute_points=points)
+
+
+def test_a_count_off_the_one_measured_is_predicted_over_the_tiles_left_open() -> None:
+    # Seed 41 gen-10 at granularity 4: every rank at 64, the fast card moved to 88, which tiles of 16
+    # run as 96 (the first plan 7.8 % slower than predicted). From one count, 88 costs 88 (plain, or
+    # tiles of 8) or 96 (tiles of 16): the prediction takes the mean, 90.67 samples' worth.
+    measures = [rank(0, "slow", 64, 0.160), rank(1, "fast", 64, 0.100)]
+    result = plan(measures, PlanRequest(global_batch=192, gradient_bytes=1e8, granularity=4))
+    fast = result.ranks[1]
+    assert fast.samples not in (64, 80, 96, 112, 128)  # off every whole tile of 16: the case at hand
+    plain_s = 0.100 * fast.samples / 64
+    padded_s = 0.100 * math.ceil(fast.samples / 16) * 16 / 64
+    tiles_of_8_s = 0.100 * math.ceil(fast.samples / 8) * 8 / 64
+    expected_s = (plain_s + tiles_of_8_s + padded_s) / 3
+    slow_s = 0.160 * result.ranks[0].samples / 64
+    assert math.isclose(result.proposed.compute_s, max(expected_s, slow_s))
+    assert expected_s > slow_s  # the fast card's possible stair sets the predicted step
+    # the split running now is predicted as measured
+    assert math.isclose(result.current.compute_s, 0.160)
+    # and its basis says so
+    compute = plan_to_json(result)["basis"]["compute"]
+    assert "8, 16" in compute[1]["prior"]
+
+
+def test_a_tile_one_rank_of_the_tier_ruled_out_is_out_for_the_tier() -> None:
+    # Rank 1 ran 64 and 56 in proportion: tiles of 16 would have run 56 as 64, so none of its tier
+    # (the same GPU model) computes in tiles of 16; rank 0, measured at 64 only, keeps tiles of 8 open.
+    request = PlanRequest(global_batch=120, gradient_bytes=1e8, granularity=4)
+    ruled_out = rank(1, "3090", 56, 0.140, points=((64, 0.160),))
+    assert open_tiles(ruled_out.measured_points(), 4) == {8}
+    read = with_possible_stairs([rank(0, "3090", 64, 0.160), ruled_out], request)
+    assert read[0].possible_tiles == (8,)
+    assert read[1].possible_tiles == ()  # measured at two counts: its own curve, as before
+    assert math.isclose(read[0].expected_time_s(60), (0.160 * 60 / 64 + 0.160 * 64 / 64) / 2)
+
+
+def test_nothing_changes_without_a_granularity_or_at_the_widest_tile() -> None:
+    measures = [rank(0, "slow", 64, 0.160), rank(1, "fast", 64, 0.100)]
+    for granularity in (1, 16):
+        read = with_possible_stairs(measures, PlanRequest(global_batch=192, gradient_bytes=1e8,
+                                                          granularity=granularity))
+        assert all(m.possible_curves == () for m in read)
