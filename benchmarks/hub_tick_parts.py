@@ -11,7 +11,8 @@ Two measures per rank count R (--ranks, default 0,10):
 - Python calls per round (sys.setprofile's call and c_call events; a loaded box does not move them),
   each filed under the innermost part of the round on the stack (PARTS below) and under who made it:
   the simulator (a function of gpumix/sim or random, or a builtin such code called) or the product;
-- the thread's CPU time per round, best of --repeats, without the profiler; the simulator's share
+- the process's CPU time per round (the thread's before session 10, which left out the PCIe window's
+  calls on a pool's threads), best of --repeats, without the profiler; the simulator's share
   of it estimated from the calls' share (a call's cost differs between the two: the calls are the point).
 Per rank: (calls at the most ranks - at none) / ranks; per GPU: the no-rank product calls / GPUs (the
 hub's fixed part counted in).
@@ -126,16 +127,16 @@ def make_round(ranks: int, client: bool = True) -> Any:
     return hub, one_round
 
 
-def measure(ranks: int, rounds: int, repeats: int) -> dict[str, Any]:
-    hub, one_round = make_round(ranks)
+def measure(ranks: int, rounds: int, repeats: int, client: bool = True) -> dict[str, Any]:
+    hub, one_round = make_round(ranks, client=client)
     for _ in range(20):  # warm: the deques full, the caches made
         one_round()
     per_round_ms = []
     for _ in range(repeats):
-        started = time.thread_time()
+        started = time.process_time()  # the process's: the PCIe window's calls run on a pool's threads
         for _ in range(rounds):
             one_round()
-        per_round_ms.append((time.thread_time() - started) / rounds * 1e3)
+        per_round_ms.append((time.process_time() - started) / rounds * 1e3)
     counter = CallCounter()
     sys.setprofile(counter)
     try:
@@ -148,7 +149,7 @@ def measure(ranks: int, rounds: int, repeats: int) -> dict[str, Any]:
         by_part.setdefault(part, {})[who] = round(count / rounds, 1)
     simulator = sum(count for (_, who), count in counter.calls.items() if who == "simulator") / rounds
     total = sum(counter.calls.values()) / rounds
-    return {"ranks": ranks, "gpus": len(hub.snapshot()["gpus"]),
+    return {"ranks": ranks, "gpus": len(hub.snapshot()["gpus"]), "client_reply": client,
             "cpu_ms_per_round_best": round(min(per_round_ms), 3),
             "cpu_ms_per_round_all": [round(x, 3) for x in per_round_ms],
             "calls_per_round": round(total, 1), "calls_per_round_simulator": round(simulator, 1),
@@ -163,10 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--no-client", action="store_true", help="no client reply in a round (as the device's measure)")
     args = parser.parse_args(argv)
     import gpumix
 
-    runs = [measure(int(n), args.rounds, args.repeats) for n in args.ranks.split(",")]
+    runs = [measure(int(n), args.rounds, args.repeats, client=not args.no_client) for n in args.ranks.split(",")]
     low, high = runs[0], runs[-1]
     summary: dict[str, Any] = {"product_calls_per_gpu_no_rank": round(low["calls_per_round_product"] / low["gpus"], 1)}
     if high["ranks"] > low["ranks"]:
