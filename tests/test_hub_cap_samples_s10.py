@@ -27,8 +27,12 @@ def test_add_many_is_add_row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
             now_s += rng.choice([0.5, 1.0, cap_samples.MAX_AGE_S + 1])
             uuid = rng.choice(["GPU-a", "GPU-b", "GPU-c", "GPU-d", None])
             cap_w = rng.choice([200.0, 200.4, 250.0, None, 0.5, float("nan")])
-            rows = [(rng.choice([32.0, 32.0, 64.0, 48.5, None, 0.5, 2e7]), rng.choice([0.1, 0.2, 0.0, -1.0, 2e6]),
-                     rng.choice([0.12, 0.3, 1e-12])) for _ in range(rng.randrange(0, 12))]
+            share = rng.choice([32.0, 32.0, 64.0, 48.5, None, 0.5, 2e7])  # half the writes: one share for all
+            rows = [(share if rng.random() < 0.5 else rng.choice([32.0, 32.0, 64.0, 48.5, None, 0.5, 2e7]),
+                     rng.choice([0.1, 0.2, 0.0, -1.0, 2e6]), rng.choice([0.12, 0.3, 1e-12]))
+                    for _ in range(rng.randrange(0, 12))]
+            if rng.random() < 0.5:
+                rows = [(share, *row[1:]) for row in rows]
             many.add_many(uuid, cap_w, rows, now_s)
             for samples, compute_s, step_s in rows:
                 one.add(uuid, cap_w, samples, compute_s, step_s, now_s)

@@ -87,6 +87,12 @@ class CapSamples:
         if not rows:
             return
         cap_key = round(cap_w / CAP_RESOLUTION_W) * CAP_RESOLUTION_W
+        if len({row[0] for row in rows}) == 1:  # the usual write: one share for all its steps, one pair
+            entry = self._pair(uuid, (int(rows[0][0]), cap_key), now_s)  # type: ignore[arg-type]
+            entry.last_seen_s = now_s
+            entry.compute_s.extend([row[1] for row in rows])
+            entry.step_s.extend([row[2] for row in rows])
+            return
         last_key: tuple[int, float] | None = None
         entry: _Samples | None = None
         for samples, compute_s, step_s in rows:
