@@ -1,6 +1,7 @@
 """What gpumix-top's own start leaves unloaded after its first paint (issue 13: the dashboard's RSS), through
-tui/main.py's real path in a pseudo-terminal: the stand-ins it installs (typing_extensions; textual.pilot, which
-App.run imports for an auto-pilot the monitor never has, with its headless driver) and the views not yet opened."""
+tui/main.py's real path in a pseudo-terminal: the stand-ins it installs (typing_extensions; Rich's table, panel,
+padding and tree and Textual's CSS help texts, for errors and debugging; textual.pilot, which App.run imports for
+an auto-pilot the monitor never has, with its headless driver) and the views not yet opened."""
 
 from __future__ import annotations
 
@@ -68,6 +69,8 @@ def modules_at_first_paint(tmp_path: Path, args: list[str]) -> dict[str, str]:
 def test_the_first_paint_leaves_the_pilot_typing_extensions_and_the_views_unloaded(tmp_path: Path) -> None:
     kinds = modules_at_first_paint(tmp_path, ["--sim", str(REPO / "benchmarks" / "rig_1gpu.toml"), "--interval", "1"])
     assert "gpumix.tui.gpu_table" in kinds  # the dashboard did draw
-    assert kinds.get("textual.pilot") == kinds.get("typing_extensions") == "StandInModule"
-    assert not {"textual.drivers.headless_driver", "gpumix.tui.screens", "gpumix.tui.ranks_screen",
+    stand_ins = ("textual.pilot", "typing_extensions", "rich.table", "rich.panel", "rich.padding", "rich.tree",
+                 "textual.css._help_text", "textual.css._help_renderables")
+    assert {name: kinds.get(name) for name in stand_ins} == dict.fromkeys(stand_ins, "StandInModule")
+    assert not {"textual.drivers.headless_driver", "rich.box", "gpumix.tui.screens", "gpumix.tui.ranks_screen",
                 "gpumix.tui.advice_screens"} & set(kinds)
