@@ -28,7 +28,8 @@ safety net.
 
 The parts, one idea each: split_types (types and bounds), request_checks (refusals), memory
 (micro-batch caps and factorization), prediction (step times, the bound), split_search (the
-integer search), plan_json (the JSON form). This module puts them together; every public name
+integer search), stairs (tiles learned from the points), padding (a single count's unknown tile, in
+expectation), plan_json (the JSON form). This module puts them together; every public name
 stays importable from here.
 """
 
