@@ -18,9 +18,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# tui/main.py's order (its run_app: the stand-ins, then the app), the app quitting once its first snapshot is drawn
+# tui/main.py's order (its run_app: asyncio without ssl, the stand-ins, then the app), the app quitting once its
+# first snapshot is drawn
 FIRST_PAINT = """
 import json, sys
+from gpumix.cli.asyncio_without_ssl import import_asyncio_without_ssl
+import_asyncio_without_ssl()
 import gpumix.cli.lazy_stand_ins
 import gpumix.tui.app as app_module
 draw, out = app_module.GpumixApp.render_snapshot, sys.argv[1]
@@ -72,5 +75,6 @@ def test_the_first_paint_leaves_the_pilot_typing_extensions_and_the_views_unload
     stand_ins = ("textual.pilot", "typing_extensions", "rich.table", "rich.panel", "rich.padding", "rich.tree",
                  "textual.css._help_text", "textual.css._help_renderables")
     assert {name: kinds.get(name) for name in stand_ins} == dict.fromkeys(stand_ins, "StandInModule")
+    assert kinds.get("asyncio.sslproto") == "SslProtoStandIn"  # gpumix/cli/asyncio_without_ssl.py
     assert not {"textual.drivers.headless_driver", "rich.box", "gpumix.tui.screens", "gpumix.tui.ranks_screen",
                 "gpumix.tui.advice_screens"} & set(kinds)
