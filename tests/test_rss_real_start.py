@@ -73,8 +73,8 @@ def test_the_first_paint_leaves_the_pilot_typing_extensions_and_the_views_unload
     kinds = modules_at_first_paint(tmp_path, ["--sim", str(REPO / "benchmarks" / "rig_1gpu.toml"), "--interval", "1"])
     assert "gpumix.tui.gpu_table" in kinds  # the dashboard did draw
     stand_ins = ("textual.pilot", "typing_extensions", "rich.table", "rich.panel", "rich.padding", "rich.tree",
-                 "textual.css._help_text", "textual.css._help_renderables")
+                 "textual.css._help_text", "textual.css._help_renderables", "textual.canvas")
     assert {name: kinds.get(name) for name in stand_ins} == dict.fromkeys(stand_ins, "StandInModule")
     assert kinds.get("asyncio.sslproto") == "SslProtoStandIn"  # gpumix/cli/asyncio_without_ssl.py
-    assert not {"textual.drivers.headless_driver", "rich.box", "gpumix.tui.screens", "gpumix.tui.ranks_screen",
-                "gpumix.tui.advice_screens"} & set(kinds)
+    assert not {"textual.drivers.headless_driver", "rich.box", "textual._box_drawing", "gpumix.tui.screens",
+                "gpumix.tui.ranks_screen", "gpumix.tui.advice_screens"} & set(kinds)

@@ -18,7 +18,9 @@
   `_style_properties`, `design`, `dom`, DataTable's padded cell, which the dashboard's table draws by hand), which
   the app's own CSS never raises and it never draws. Their names are forwarded to those modules only (FORWARDED_TO),
   any other reader gets the real module. Installed without importing their packages (Textual's package imports
-  its CSS modules as it loads).
+  its CSS modules as it loads);
+- `textual.canvas` with its box-drawing table (~0.13 MB): `textual.layout` draws a container's keylines on it
+  (CSS `keyline`), which the dashboard never sets.
 
 Installed before Textual loads, each is a stand-in module: the functions named here call the real ones, and any
 other name loads the real module, which then takes its own place in sys.modules (a later import gets it).
@@ -43,6 +45,7 @@ STAND_INS: dict[str, tuple[str, ...]] = {
     "platformdirs": ("user_downloads_path",), "uuid": ("uuid4",), "difflib": ("get_close_matches",),
     "mimetypes": (),  # (): the module only
     "rich.table": ("Table",), "rich.panel": ("Panel",), "rich.padding": ("Padding",), "rich.tree": ("Tree",),
+    "textual.canvas": ("Canvas", "Rectangle"),
     "textual.css._help_renderables": ("HelpText", "Bullet", "Example"),
     "textual.css._help_text": (
         "align_help_text", "border_property_help_text", "color_property_help_text", "dock_property_help_text",
@@ -58,7 +61,7 @@ STAND_INS: dict[str, tuple[str, ...]] = {
 FORWARDED_TO: dict[str, tuple[str, ...]] = {
     "rich.table": ("textual.design",), "rich.panel": ("textual.css.tokenizer", "textual.css.stylesheet"),
     "rich.padding": ("textual.css.tokenizer", "textual.css.stylesheet", "textual.design", "textual.widgets._data_table"),
-    "rich.tree": ("textual.dom",),
+    "rich.tree": ("textual.dom",), "textual.canvas": ("textual.layout",),
     "textual.css._help_renderables": ("textual.css._help_text", "textual.css._styles_builder", "textual.css.errors",
                                       "textual.css.model", "textual.css.parse")}
 _lock = threading.RLock()
