@@ -31,6 +31,8 @@ def test_a_count_off_the_one_measured_is_predicted_over_the_tiles_left_open() ->
     slow_s = 0.160 * result.ranks[0].samples / 64
     assert math.isclose(result.proposed.compute_s, max(expected_s, slow_s))
     assert expected_s > slow_s  # the fast card's possible stair sets the predicted step
+    # the rank reported at the time the step is predicted by, and as what paces it
+    assert math.isclose(fast.compute_s, expected_s) and "granularity" in fast.limited_by
     # the split running now is predicted as measured
     assert math.isclose(result.current.compute_s, 0.160)
     # and its basis says so

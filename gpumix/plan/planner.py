@@ -176,7 +176,7 @@ def _current_ranks(measures: Sequence[RankMeasure], taking_part: int, global_bat
         ranks.append(RankPlan(
             rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
             accumulation_steps=n // micro if n else 0, loss_weight=n * taking_part / global_batch,
-            limited_by=() if n else ("excluded",), compute_s=m.compute_curve().time_s(n) if n else 0.0,
+            limited_by=() if n else ("excluded",), compute_s=m.expected_time_s(n) if n else 0.0,
         ))
     return ranks
 
@@ -198,7 +198,7 @@ def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
         i = by_rank[m.rank]
         n = counts[i]
         micro, k = factorize(n, caps[i], max_k, m.tile_samples or request.granularity) or (n, 1)
-        time_s = m.compute_curve().time_s(n)
+        time_s = m.expected_time_s(n)  # as the step is predicted (plan.padding)
         ranks.append(RankPlan(
             rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
             accumulation_steps=k, loss_weight=n * len(part) / B,
