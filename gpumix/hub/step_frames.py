@@ -72,15 +72,16 @@ def parse_steps(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _rows(n: int, shared: dict[str, Any], names: list[str], values: list[list[Any]],
           rejected: dict[int, list[str]], dropped: set[int]) -> list[dict[str, Any]]:
-    rows = zip(*values, strict=True) if values else ((),) * n
     if not rejected:  # the usual frame: no value out of range
-        steps = []
-        for row in rows:
-            step = shared.copy()
-            step.update(zip(names, row, strict=True))
+        # a column at a time into the copies, not a zip and an update a row: half the cost (session 10)
+        steps = [shared.copy() for _ in range(n)]
+        for name, column in zip(names, values, strict=True):
+            for step, value in zip(steps, column, strict=True):
+                step[name] = value
+        for step in steps:
             step["rejected"] = []
-            steps.append(step)
         return steps
+    rows = zip(*values, strict=True) if values else ((),) * n
     steps = []
     for index, row in enumerate(rows):
         step = shared.copy()
