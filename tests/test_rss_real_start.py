@@ -1,5 +1,5 @@
 """What gpumix-top's own start leaves unloaded after its first paint (issue 13: the dashboard's RSS), through
-tui/main.py's real path in a pseudo-terminal: the stand-ins it installs (typing_extensions; Rich's table, panel,
+tui/main.py's real path in a pseudo-terminal: the stand-ins it installs (typing_extensions; bz2 and lzma; Rich's table, panel,
 padding and tree and Textual's CSS help texts, for errors and debugging; textual.pilot, which App.run imports for
 an auto-pilot the monitor never has, with its headless driver) and the views not yet opened."""
 
@@ -18,25 +18,38 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# tui/main.py's order (its run_app: asyncio without ssl, the stand-ins, then the app), the app quitting once its
-# first snapshot is drawn
+# gpumix-top's own main() in its own order, the app patched as it loads (no import ahead of main's) to quit once
+# its first snapshot is drawn, writing what is loaded then
 FIRST_PAINT = """
-import json, sys
-from gpumix.cli.asyncio_without_ssl import import_asyncio_without_ssl
-import_asyncio_without_ssl()
-import gpumix.cli.lazy_stand_ins
-import gpumix.tui.app as app_module
-draw, out = app_module.GpumixApp.render_snapshot, sys.argv[1]
+import importlib.util, json, sys  # not importlib.abc: it loads importlib.resources, tempfile and shutil
+out = sys.argv[1]
 
-def render_snapshot(self, snapshot):
-    draw(self, snapshot)
-    if not getattr(self, "dumped", False):
-        self.dumped = True
-        kinds = {name: type(module).__name__ for name, module in sys.modules.items()}
-        open(out, "w").write(json.dumps(kinds))
-        self.exit()
+class PatchTheApp:  # a meta path finder
+    def find_spec(self, name, path=None, target=None):
+        if name != "gpumix.tui.app":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        exec_module = spec.loader.exec_module
 
-app_module.GpumixApp.render_snapshot = render_snapshot
+        def patched(module):
+            exec_module(module)
+            draw = module.GpumixApp.render_snapshot
+
+            def render_snapshot(self, snapshot):
+                draw(self, snapshot)
+                if not getattr(self, "dumped", False):
+                    self.dumped = True
+                    kinds = {name: type(module).__name__ for name, module in sys.modules.items()}
+                    open(out, "w").write(json.dumps(kinds))
+                    self.exit()
+
+            module.GpumixApp.render_snapshot = render_snapshot
+
+        spec.loader.exec_module = patched
+        return spec
+
+sys.meta_path.insert(0, PatchTheApp())
 from gpumix.tui.main import main
 sys.argv = ["gpumix-top", *sys.argv[2:]]
 sys.exit(main())
@@ -76,5 +89,6 @@ def test_the_first_paint_leaves_the_pilot_typing_extensions_and_the_views_unload
                  "textual.css._help_text", "textual.css._help_renderables", "textual.canvas")
     assert {name: kinds.get(name) for name in stand_ins} == dict.fromkeys(stand_ins, "StandInModule")
     assert kinds.get("asyncio.sslproto") == "SslProtoStandIn"  # gpumix/cli/asyncio_without_ssl.py
+    assert kinds.get("bz2") == kinds.get("lzma") == "StandInModule"  # shutil's archivers, before the hub's paths
     assert not {"textual.drivers.headless_driver", "rich.box", "textual._box_drawing", "gpumix.tui.screens",
                 "gpumix.tui.ranks_screen", "gpumix.tui.advice_screens"} & set(kinds)

@@ -29,7 +29,6 @@ from gpumix.cli.recording import add_record_flags, resolve_record_flags, start_r
 from gpumix.hub.client import HubClient
 from gpumix.tui.remote import add_hub_flags, failure_reason, open_source, print_snapshot
 from gpumix.wire import auth
-from gpumix.wire.paths import default_hub_address, hub_answers
 
 if TYPE_CHECKING:
     from gpumix.cli.node import Node
@@ -160,11 +159,15 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import gpumix.cli.lazy_archivers  # noqa: F401  (before argparse's formatter and tempfile load shutil: ~0.35 MB)
+
     reexecuted = forget_reexec()
     args = build_parser().parse_args(argv)
     check_flags(args)
     # the monitor drops its interpreter's docstrings (~2 MB) before Textual loads, once; one-shots never re-exec
     reexec_without_docstrings(interactive=argv is None and not args.once and not reexecuted)
+    from gpumix.wire.paths import default_hub_address, hub_answers  # noqa: I001  (after the archivers' stand-ins)
+
     if args.replay:
         load_asyncio_without_ssl(args)
         from gpumix.tui.replay import run_replay
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_with_own_hub(args: argparse.Namespace) -> int:
     """gpumix-top with a hub of its own (the GPUs, --demo or --sim), until the app or the one-shot ends."""
+    from gpumix.wire.paths import default_hub_address
     simulated = args.demo or args.sim
     # the hub, NVML and the simulator load only here: a one-shot that attaches never needs them (issue 13)
     load_asyncio_without_ssl(args)
@@ -237,6 +241,8 @@ def load_asyncio_without_ssl(args: argparse.Namespace) -> None:
     """Before Textual or the hub's server loads asyncio: without ssl unless a tls:// hub is named (--hub,
     $GPUMIX_HUB). gpumix-top's loops never speak TLS (a tls:// hub is read by the blocking client), and
     ssl with OpenSSL is ~2-5 MB of RSS (gpumix/cli/asyncio_without_ssl.py)."""
+    from gpumix.wire.paths import default_hub_address
+
     if not any(auth.is_tls(address) for address in getattr(args, "hub", None) or [default_hub_address()]):
         import_asyncio_without_ssl()
 
