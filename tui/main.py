@@ -249,6 +249,7 @@ def load_asyncio_without_ssl(args: argparse.Namespace) -> None:
 
 def run_app(source: Any, args: argparse.Namespace) -> int:
     load_asyncio_without_ssl(args)
+    import gpumix.cli.lazy_cell_table  # noqa: F401  (before Textual: Rich's width table when a character needs it)
     import gpumix.cli.lazy_stand_ins  # noqa: F401  (before Textual: what it imports and never calls, on first use)
     from gpumix.tui.app import GpumixApp  # textual loads only for the interactive monitor
 
