@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="where the loss tensor lives (default: cuda when there is one)")
     parser.add_argument("--steps", type=int, default=5000, help="timed steps per run (default 5000)")
-    parser.add_argument("--pairs", type=int, default=3, help="runs per case, alternated (default 3)")
+    parser.add_argument("--pairs", type=int, default=3, help="runs per case, alternated ABBA (default 3)")
     parser.add_argument("--case", choices=("both", "no-hub", "hub"), default="both",
                         help="without a hub, with a live hub, or both alternated (default both)")
     parser.add_argument("--gpu-work", type=int, default=0, metavar="N",
@@ -225,8 +225,10 @@ def main() -> None:
             if "hub" in cases and address is None:
                 hub_process, address = start_hub(Path(folder))
             runs: dict[str, list[dict]] = {case: [] for case in cases}
-            for _ in range(args.pairs):
-                for case in cases:
+            for pair in range(args.pairs):
+                # ABBA: every other pair runs its cases in the other order, so that a drift of the machine
+                # within a pair (this VM's run medians spread 4-11 µs for one case) does not favour one case
+                for case in cases if pair % 2 == 0 else cases[::-1]:
                     runs[case].append(one_run(ABSENT if case == "no-hub" else address, args.steps, loss, args))
             profile_top = None
             if args.profile:

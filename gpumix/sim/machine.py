@@ -14,11 +14,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from hashlib import sha512
 
 from gpumix.sim import job_model
 from gpumix.sim.rig import Rig, SimGpuSpec
 from gpumix.sim.world import StepTiming, World, effective_link_bytes_per_s  # noqa: F401  (re-exported)
+
+try:  # the SHA-512 random.seed itself uses: hashlib would map OpenSSL into every --sim process (+3.4 MB)
+    from _sha2 import sha512  # Python 3.12+
+except ImportError:
+    try:
+        from _sha512 import sha512  # Python 3.11
+    except ImportError:
+        from hashlib import sha512
 
 GIB = 1024**3
 IDLE_MEM_BYTES = 300 * 1024**2
