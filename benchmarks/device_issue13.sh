@@ -14,6 +14,7 @@
 #           re-exec's environment, the 80x24 bytes by row after 45 s (both tools), the demo attached at 80x24.
 #   PART=s10: the hub over 30 s windows (twice), RSS by kind (both tools, and without the re-exec), the agent's
 #           1 ms steps in 7 alternated pairs and with the GPU busy.
+#   PART=s10b: the one-shots with a hub, the agent's 1 ms steps in 8 ABBA pairs.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -123,6 +124,15 @@ if [ "$PART" = s10 ]; then  # session 10: the hub over 30 s windows, memory by k
     step 100 "agent per step, 1 ms steps, GPU busy, a new CUDA loss each step" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda \
       --case both --pairs 3 --steps 5000 --body-us 1000 --gpu-work 2048 --out "$WORK/agent_calls_1ms_gpu_busy.json"
   fi
+fi
+
+if [ "$PART" = s10b ]; then  # session 10: the one-shots with a hub, then the agent's 1 ms steps in 8 ABBA pairs
+  start_hub oneshot $SRC
+  step 60 "one-shots, a hub running" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label hub --out "$WORK/oneshot_hub.json" \
+    --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpumix power show" --cmd "gpustat --json" --cmd "nvitop --once"
+  stop_hub
+  [ "$DRY" != 1 ] && step 220 "agent per step, 1 ms steps, CUDA loss, 8 ABBA pairs" $PY "$REPO/benchmarks/bench_agent_calls.py" \
+    --device cuda --case both --pairs 8 --steps 5000 --body-us 1000 --out "$WORK/agent_calls_1ms_abba8.json"
 fi
 
 if [ "$PART" = rss ]; then
