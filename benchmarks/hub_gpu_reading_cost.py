@@ -27,12 +27,38 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--gpus-for-estimate", type=int, default=10)
     parser.add_argument("--sim", metavar="RIG", help="a dry run on a simulated rig (its world is counted in the reading)")
+    parser.add_argument("--by-call", action="store_true",
+                        help="also time each NVML function the backend asks through its module (process CPU per call)")
     parser.add_argument("--out")
     args = parser.parse_args()
     from gpumix.cli.hardware import open_hardware
     from gpumix.hub.core import Hub
 
-    hub = Hub(open_hardware(sim_file=args.sim))
+    by_call: dict[str, list[float]] = {}
+    if args.by_call and not args.sim:
+        import pynvml
+
+        from gpumix.hw.hardware import Hardware
+        from gpumix.hw.nvml_backend import NvmlBackend
+
+        class TimedNvml:  # pynvml, each function's process CPU per call filed by name
+            def __getattr__(self, name: str):
+                real = getattr(pynvml, name)
+                if not callable(real) or not name.startswith("nvml"):
+                    return real
+
+                def timed(*call_args):
+                    started = time.process_time()
+                    try:
+                        return real(*call_args)
+                    finally:
+                        by_call.setdefault(name, []).append(time.process_time() - started)
+                return timed
+
+        hub = Hub(Hardware(backend=NvmlBackend(nvml=TimedNvml()), source="nvml"))
+        by_call.clear()  # the start's calls are not a tick's
+    else:
+        hub = Hub(open_hardware(sim_file=args.sim))
     backend = hub.hardware.backend
     reading_s: list[float] = []
     real_sample = backend.sample
@@ -66,6 +92,8 @@ def main() -> None:
               "tick_cpu_ms_mean": tick_ms, "tick_cpu_ms_median": statistics.median(ticks_s) * 1e3,
               "gpu_reading_cpu_ms_mean": reading_ms, "per_gpu_cpu_ms": per_gpu_ms, "rest_cpu_ms": rest_ms,
               f"estimate_{n}_gpus_no_rank_pct_of_one_core": (rest_ms + n * per_gpu_ms) / 10.0,
+              "by_call_cpu_us": {name: {"calls_per_tick": len(times) / (args.warmup + args.ticks),
+                                         "mean_us": statistics.fmean(times) * 1e6} for name, times in sorted(by_call.items())},
               "ticks_cpu_ms": [t * 1e3 for t in ticks_s], "readings_cpu_ms": [r * 1e3 for r in readings]}
     text = json.dumps(result, indent=1)
     print(text)
