@@ -35,6 +35,19 @@ WARM=${WARM:-3}
 cp "$LOG" "$WORK/machine.txt"
 TUI=($PY "$REPO/benchmarks/bench_tui.py" --seconds "$SECS" --warmup "$WARM")
 
+hub_windows_and_memory() {  # PART=more and s10: the hub over two 30 s windows, RSS by kind (with and without the -OO re-exec)
+  for round in 1 2; do
+    step 90 "hub CPU per tick over 30 s, 10 simulated GPUs ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
+      --tick-seconds 30 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 --sim mixed-10" \
+      --out "$WORK/hub_tick30_mixed10_$round.json"
+  done
+  BREAK=($PY "$REPO/benchmarks/rss_breakdown.py" --warmup 10 --cols 160 --rows 48)
+  step 30 "RSS by kind, gpumix-top" "${BREAK[@]}" --out "$WORK/rss_breakdown_gpumix.json" -- gpumix-top --interval 1 $SRC
+  step 30 "RSS by kind, nvitop" "${BREAK[@]}" --out "$WORK/rss_breakdown_nvitop.json" -- nvitop --interval 1
+  step 30 "RSS by kind, gpumix-top keeping its docstrings (no -OO re-exec)" "${BREAK[@]}" \
+    --out "$WORK/rss_breakdown_gpumix_docstrings.json" -- env GPUMIX_TOP_DOCSTRINGS=1 gpumix-top --interval 1 $SRC
+}
+
 if [ "$PART" = a ]; then
   step 20 "pynvml narrowed: the hub's GPU fields before and after, real NVML" $PY "$REPO/benchmarks/nvml_narrow_check.py" \
     --out "$WORK/nvml_narrow_check.json" $SRC
@@ -84,16 +97,7 @@ if [ "$PART" = hub ]; then
 fi
 
 if [ "$PART" = more ]; then  # session 8: longer hub windows, memory with and without the -OO re-exec, steady bytes
-  for round in 1 2; do
-    step 90 "hub CPU per tick over 30 s, 10 simulated GPUs ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
-      --tick-seconds 30 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 --sim mixed-10" \
-      --out "$WORK/hub_tick30_mixed10_$round.json"
-  done
-  BREAK=($PY "$REPO/benchmarks/rss_breakdown.py" --warmup 10 --cols 160 --rows 48)
-  step 30 "RSS by kind, gpumix-top" "${BREAK[@]}" --out "$WORK/rss_breakdown_gpumix.json" -- gpumix-top --interval 1 $SRC
-  step 30 "RSS by kind, nvitop" "${BREAK[@]}" --out "$WORK/rss_breakdown_nvitop.json" -- nvitop --interval 1
-  step 30 "RSS by kind, gpumix-top keeping its docstrings (no -OO re-exec)" "${BREAK[@]}" \
-    --out "$WORK/rss_breakdown_gpumix_docstrings.json" -- env GPUMIX_TOP_DOCSTRINGS=1 gpumix-top --interval 1 $SRC
+  hub_windows_and_memory
   step 20 "the monitor's environment after its re-exec" $PY "$REPO/benchmarks/reexec_check.py" --out "$WORK/reexec_check.json"
   for tool in gpumix-top nvitop; do
     step 80 "bytes by row, 80x24, idle GPU, $tool, after 45 s" $PY "$REPO/benchmarks/tui_bytes_by_row.py" --seconds 30 \
@@ -108,16 +112,7 @@ if [ "$PART" = more ]; then  # session 8: longer hub windows, memory with and wi
 fi
 
 if [ "$PART" = s10 ]; then  # session 10: the hub over 30 s windows, memory by kind, the agent in 7 alternated pairs
-  for round in 1 2; do
-    step 90 "hub CPU per tick over 30 s, 10 simulated GPUs ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
-      --tick-seconds 30 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 --sim mixed-10" \
-      --out "$WORK/hub_tick30_mixed10_$round.json"
-  done
-  BREAK=($PY "$REPO/benchmarks/rss_breakdown.py" --warmup 10 --cols 160 --rows 48)
-  step 30 "RSS by kind, gpumix-top" "${BREAK[@]}" --out "$WORK/rss_breakdown_gpumix.json" -- gpumix-top --interval 1 $SRC
-  step 30 "RSS by kind, nvitop" "${BREAK[@]}" --out "$WORK/rss_breakdown_nvitop.json" -- nvitop --interval 1
-  step 30 "RSS by kind, gpumix-top keeping its docstrings (no -OO re-exec)" "${BREAK[@]}" \
-    --out "$WORK/rss_breakdown_gpumix_docstrings.json" -- env GPUMIX_TOP_DOCSTRINGS=1 gpumix-top --interval 1 $SRC
+  hub_windows_and_memory
   if [ "$DRY" != 1 ]; then  # 7 pairs: this VM's run-to-run spread (a run's median 6.8 to 14.5 µs) is the figure's error
     step 180 "agent per step, 1 ms steps, CUDA loss, 7 pairs" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both \
       --pairs 7 --steps 5000 --body-us 1000 --out "$WORK/agent_calls_1ms_p7.json"
