@@ -58,3 +58,11 @@ def test_nothing_changes_without_a_granularity_or_at_the_widest_tile() -> None:
         read = with_possible_stairs(measures, PlanRequest(global_batch=192, gradient_bytes=1e8,
                                                           granularity=granularity))
         assert all(m.possible_curves == () for m in read)
+
+
+def test_a_point_with_no_time_does_not_count_as_a_second_count() -> None:
+    # an earlier split's point with no time (0 s, which the request's checks let through) shows no stair: the
+    # rank is still one measured count, and its prediction still takes the tiles left open
+    request = PlanRequest(global_batch=192, gradient_bytes=1e8, granularity=4)
+    read = with_possible_stairs([rank(0, "slow", 64, 0.160), rank(1, "fast", 64, 0.100, points=((48, 0.0),))], request)
+    assert read[1].possible_tiles == (8, 16)

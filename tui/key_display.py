@@ -17,7 +17,7 @@ import textual.screen
 from textual.binding import Binding
 from textual.keys import KEY_DISPLAY_ALIASES, REPLACED_KEYS
 
-# textual.keys.key_to_character's answers (tests/test_key_display.py compares each with Textual's)
+# textual.keys.key_to_character's answers (tests/test_rss_key_names.py compares each with Textual's)
 KNOWN_CHARACTERS: dict[str, str | None] = {
     "tab": "\t", "space": " ", "escape": "\x1b", "delete": "\x7f", "backspace": "\x08", "enter": None, "up": None,
     "down": None, "left": None, "right": None, "home": None, "end": None, "pageup": None, "pagedown": None,

@@ -8,7 +8,11 @@ module. Importing this module installs them; tui/main.py does, first thing in ma
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 from gpumix.cli.stand_in import install_stand_in
 
 ARCHIVERS = ("bz2", "lzma")
-INSTALLED = {name: install_stand_in(name, ()) for name in ARCHIVERS}
+# only where the C module is there: a Python built without _bz2 has bz2.py, and shutil, finding no ImportError,
+# would offer the format, which would then fail on use
+INSTALLED = {name: find_spec(f"_{name}") is not None and install_stand_in(name, ()) for name in ARCHIVERS}

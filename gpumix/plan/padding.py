@@ -53,7 +53,7 @@ def with_possible_stairs(measures: Sequence[RankMeasure], request: PlanRequest) 
     found = []
     for m in measures:
         tiles = by_tier[m.tier] if m.tier is not None else open_by_rank[m.rank]
-        if m.tile_samples is None and tiles and len({n for n, _, _ in m.measured_points()}) == 1:
+        if m.tile_samples is None and tiles and len({n for n, _, t in m.measured_points() if n > 0 and t > 0}) == 1:
             curves = tuple(tiled_curve(m.measured_points(), tile, micro_batch_cap(m, request),
                                        effective_max_k(request), (m.current_samples, m.micro_batch))
                            for tile in sorted(tiles))

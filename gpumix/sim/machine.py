@@ -70,8 +70,9 @@ class SimMachine:
         # Until real ranks (the demo job) drive the GPUs, an equal-split job keeps them busy.
         self.synthetic_job = True
         # the noise of the second at hand, by (gpu, what): a tick asks for a GPU's power noise four times
-        self._noise_second: tuple[int, int] | None = None  # (rig seed, second) the memo is for
-        self._noise_memo: dict[tuple[int, str], tuple[float, float]] = {}  # -> (noise, its spread)
+        # ((rig seed, second), its memo: (GPU, kind) -> (noise, its spread)), one attribute read once: a reading
+        # on another thread at a second's boundary never pairs one second's stamp with the other's memo
+        self._noise_memo: tuple[tuple[int, int] | None, dict[tuple[int, str], tuple[float, float]]] = (None, {})
         self._noise_rng = random.Random(0)  # reseeded per reading, under _noise_lock
         self._noise_lock = threading.Lock()
 
@@ -112,10 +113,10 @@ class SimMachine:
         seeded as Random seeds a str (its SHA-512 appended) without a Random made per reading, and
         computed once a second per GPU and kind (the world is what other benchmarks measure in: it must not move)."""
         stamp = (self.rig.seed, int(self.clock()))
-        if stamp != self._noise_second:
-            self._noise_memo = {}
-            self._noise_second = stamp
-        memo = self._noise_memo
+        memo_stamp, memo = self._noise_memo
+        if stamp != memo_stamp:
+            memo = {}
+            self._noise_memo = (stamp, memo)
         key = (index, what)
         value = memo.get(key)
         if value is None or value[1] != spread:
