@@ -5,46 +5,25 @@ loaded before."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
-# The interactive monitor's order (tui/main.py's run_app): the stand-ins, then the app and Textual; one GPU
-# in-process, drawn at 160x48, with the keys that animate (scrolling) and a notification.
-RUN_THE_DASHBOARD = """
-import asyncio, json, sys
-import gpumix.cli.lazy_stand_ins
-from gpumix.cli.hardware import simulated_hardware
-from gpumix.hub import Hub
-from gpumix.sim.rig import load_builtin_rig
-from gpumix.tui.app import GpumixApp
+from tests.dashboard_script import DASHBOARD, run_fresh
 
-async def main():
-    hub = Hub(simulated_hardware(load_builtin_rig("mixed-10")))
-    hub.tick()
-    app = GpumixApp(hub, interval_s=60)
-    async with app.run_test(size=(160, 48)) as pilot:
-        for _ in range(500):
-            if app.snapshot is not None:
-                break
-            await pilot.pause(0.02)
-        assert app.snapshot is not None
-        await pilot.press("down", "down", "end", "home")
-        app.notify("hello")
-        await pilot.pause(0.1)
-        return type(sys.modules["typing_extensions"]).__name__, "gpumix.tui.gpu_table" in sys.modules
+# The interactive monitor's order (tui/main.py's run_app): the stand-ins, then the app and Textual; drawn, with
+# the keys that animate (scrolling) and a notification.
+RUN_THE_DASHBOARD = "import gpumix.cli.lazy_stand_ins\n" + DASHBOARD + """
+async def body(app, pilot):
+    await pilot.press("down", "down", "end", "home")
+    app.notify("hello")
+    await pilot.pause(0.1)
+    return {"kind": type(sys.modules["typing_extensions"]).__name__, "drawn": "gpumix.tui.gpu_table" in sys.modules}
 
-kind, drawn = asyncio.run(main())
-print(json.dumps({"kind": kind, "drawn": drawn}))
+print(json.dumps(asyncio.run(drawn_then(body))))
 """
 
 
 def run(code: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd="/",
-                            env={"TZ": "UTC", "PATH": "/usr/bin:/bin", "TERM": "xterm-256color"}, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return run_fresh(textwrap.dedent(code))  # type: ignore[no-any-return]
 
 
 def test_the_running_dashboard_never_loads_typing_extensions() -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from gpumix.probe import links
+from tests.dashboard_script import DASHBOARD, run_fresh
 
 # What the dashboard with its hub in-process imports: its entry, the node (hub, server, hardware) and the
 # hub's advisor, which reads the kept probe results.
@@ -71,37 +72,19 @@ def test_the_power_audit_still_names_the_user_with_getpass_loaded_late() -> None
     assert result.stdout.strip() == "True"
 
 
-RUN_THE_DASHBOARD = """
-import asyncio, json, sys
-from gpumix.cli.hardware import simulated_hardware
-from gpumix.hub import Hub
-from gpumix.sim.rig import load_builtin_rig
-from gpumix.tui.app import GpumixApp
+RUN_THE_DASHBOARD = DASHBOARD + """
+async def body(app, pilot):
+    await pilot.pause()
+    return sorted(sys.modules)
 
-async def main():
-    hub = Hub(simulated_hardware(load_builtin_rig("mixed-10")))
-    hub.tick()
-    app = GpumixApp(hub, interval_s=60)
-    async with app.run_test(size=(160, 48)) as pilot:
-        for _ in range(500):
-            if app.snapshot is not None:
-                break
-            await pilot.pause(0.02)
-        assert app.snapshot is not None
-        await pilot.pause()
-        print(json.dumps(sorted(sys.modules)))
-
-asyncio.run(main())
+print(json.dumps(asyncio.run(drawn_then(body))))
 """
 
 
 def test_a_running_dashboard_loads_neither_the_emoji_table_nor_the_dialogs_it_has_not_opened() -> None:
     """Column labels given as Text, never as markup strings (rich loads its 468 KB emoji table to read
     markup), and the plan, power and probe dialogs imported when first opened."""
-    result = subprocess.run([sys.executable, "-c", RUN_THE_DASHBOARD], capture_output=True, text=True, cwd="/",
-                            env={"TZ": "UTC", "PATH": "/usr/bin:/bin", "TERM": "xterm-256color"}, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    loaded = set(run_fresh(RUN_THE_DASHBOARD))
     assert "gpumix.tui.gpu_table" in loaded  # the dashboard did draw its table
     assert not {"rich._emoji_codes", "gpumix.tui.probe_screen", "gpumix.tui.power_screens",
                 "gpumix.tui.plan_screen"} & loaded

@@ -3,10 +3,7 @@ the dashboard's RSS): each answer is Textual's own, and the running dashboard as
 
 from __future__ import annotations
 
-import json
 import string
-import subprocess
-import sys
 
 import textual.keys
 from textual.app import App
@@ -15,45 +12,31 @@ from textual.binding import Binding
 from gpumix.tui import key_display
 from gpumix.tui.app import GpumixApp
 from gpumix.tui.key_display import KNOWN_CHARACTERS, PlainKeyDisplay
+from tests.dashboard_script import DASHBOARD, run_fresh
 
 RUN_THE_DASHBOARD = """
-import asyncio, json, sys, unicodedata
+import unicodedata
 asked = []
 for name in ("lookup", "name"):
     real = getattr(unicodedata, name)
     setattr(unicodedata, name, lambda *args, real=real, name=name: asked.append([name, *map(str, args)]) or real(*args))
-from gpumix.cli.hardware import simulated_hardware
-from gpumix.hub import Hub
-from gpumix.sim.rig import load_builtin_rig
-from gpumix.tui.app import GpumixApp
-
-async def main():
-    hub = Hub(simulated_hardware(load_builtin_rig("mixed-10")))
-    hub.tick()
-    app = GpumixApp(hub, interval_s=60)
-    async with app.run_test(size=(160, 48)) as pilot:
-        for _ in range(500):
-            if app.snapshot is not None:
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.2)
-        drawn = [app.get_key_display(binding) for (_, binding, _, _) in app.screen.active_bindings.values() if binding.show]
-        await app.run_action("findings")  # a screen of its own bindings (escape), and back; not pilot.press,
-        await pilot.pause(0.2)              # which names each key through unicodedata (a terminal's keys do not)
-        await app.run_action("app.pop_screen")
-        await pilot.pause(0.2)
+""" + DASHBOARD + """
+async def body(app, pilot):
+    await pilot.pause(0.2)
+    drawn = [app.get_key_display(binding) for (_, binding, _, _) in app.screen.active_bindings.values() if binding.show]
+    await app.run_action("findings")  # a screen of its own bindings (escape), and back; not pilot.press,
+    await pilot.pause(0.2)              # which names each key through unicodedata (a terminal's keys do not)
+    await app.run_action("app.pop_screen")
+    await pilot.pause(0.2)
     return drawn
 
-drawn = asyncio.run(main())
+drawn = asyncio.run(drawn_then(body))
 print(json.dumps({"asked": asked, "drawn": drawn}))
 """
 
 
 def test_the_running_dashboard_asks_unicodedata_nothing() -> None:
-    result = subprocess.run([sys.executable, "-c", RUN_THE_DASHBOARD], capture_output=True, text=True, cwd="/",
-                            env={"TZ": "UTC", "PATH": "/usr/bin:/bin", "TERM": "xterm-256color"}, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome = run_fresh(RUN_THE_DASHBOARD)
     assert outcome["asked"] == []
     assert {"q", "?", "v", "r", "f", "c", "b", "s"} <= set(outcome["drawn"])  # the footer was drawn
 
