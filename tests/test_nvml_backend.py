@@ -879,3 +879,25 @@ def test_close_shuts_nvml_down(rig: Rig) -> None:
     assert rig.nvml.initialized
     rig.backend.close()
     assert not rig.nvml.initialized
+
+
+def test_the_link_width_is_asked_when_the_generation_changes_and_on_the_slow_schedule() -> None:
+    """nvmlDeviceGetCurrPcieLinkWidth costs ~0.1 ms in an H200's tick (issue 13): not every tick."""
+    made = make_rig(synthetic_job=False)  # idle: GeForce links rest at gen1
+    width = "nvmlDeviceGetCurrPcieLinkWidth"
+    try:
+        made.sample()
+        assert made.calls(0, width) == 1
+        for _ in range(3):
+            idle = made.sample()[0]
+        assert made.calls(0, width) == 1 and idle.pcie_link_gen_current == 1
+        assert idle.pcie_link_width_current == made.machine.gpus[0].spec.link_width_max  # carried, not dropped
+        made.machine.set_activity(0, GpuActivity(busy_fraction=1.0, util_pct=100.0))  # the link retrains up
+        busy = made.sample()[0]
+        assert busy.pcie_link_gen_current > 1 and made.calls(0, width) == 2
+        made.sample()
+        assert made.calls(0, width) == 2
+        made.sample(advance_s=5.0)  # the slow schedule: asked again though nothing changed
+        assert made.calls(0, width) == 3
+    finally:
+        made.backend.close()

@@ -1,10 +1,17 @@
 """PCIe throughput from NVML, for NvmlBackend: the cumulative byte counters (fields 197/198) as
-Δbytes/Δtimestamp, and nvmlDeviceGetPcieThroughput's 20 ms window (run in parallel on a small pool)
-where the counters cannot be exact: a busy GPU whose link can wrap the 32-bit counters within a tick.
+Δbytes/Δtimestamp between reads.
 
-By default that GPU's rate comes from the window (as nvitop's does), one counter read per tick: the
-guard thread that read its counters before every wrap cost ~14 reads/s per busy gen5 GPU, 1.4 % of a
-core on the H200 (issue 13). `exact_pcie = True` keeps the guard (exact totals, more CPU).
+A busy GPU whose link can wrap the 32-bit counters within a tick, and a one-shot's first tick, read the
+counters twice 20 ms apart: a 20 ms sample, like nvitop's nvmlDeviceGetPcieThroughput window, for one
+more field read (0.6-0.8 ms of CPU on an H200) instead of the window's two calls (1.8 ms each; issue 13).
+The window (its calls in parallel on a small pool) answers where the counters cannot: no field values,
+or a pair whose second read brought no newer timestamp. The guard thread that read a busy GPU's counters
+before every wrap cost ~14 reads/s per gen5 GPU, 1.4 % of a core on the H200: it runs only with
+`exact_pcie = True` (exact totals, more CPU).
+
+A quiet GPU (no process, no utilization, no traffic at its last read) is read on the slow schedule
+(`quiet_pcie_interval_s`) and carries its last rates between reads: on an idle H200 the read was 0.78 ms
+of the hub's 1.4 ms a tick to learn that nothing moved. A GPU that wakes is read on its next tick.
 
 What it may import: pynvml, gpumix.hw."""
 
@@ -25,6 +32,8 @@ FIELD_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, cumulative
 # another PID namespace is not listed): far above an idle card's housekeeping, and an aliased
 # reading of fast traffic lands below it only 1 time in 40 (50 MB of a 4.29 GB counter per second).
 MOVING_BYTES_PER_S = 50e6
+# The two reads of a pair: nvitop's window is 20 ms, and a gen5 x16 link wraps the counters in 61 ms.
+PAIR_GAP_S = 0.02
 
 
 def may_move_data(sample: GpuSample, rates: tuple[float, float] | None) -> bool:
@@ -38,6 +47,18 @@ def may_move_data(sample: GpuSample, rates: tuple[float, float] | None) -> bool:
     return rates is None or max(rates) >= MOVING_BYTES_PER_S
 
 
+def _signs(sample: GpuSample) -> tuple[int | None, int | None, int | None]:
+    """What a GPU that starts to work changes even with no kernel running: link generation, clocks."""
+    return sample.pcie_link_gen_current, sample.clock_sm_mhz, sample.clock_mem_mhz
+
+
+def _same_power(then_w: float | None, now_w: float | None) -> bool:
+    """Within an idle card's wander (10 %, at least 5 W): more is work starting."""
+    if then_w is None or now_w is None:
+        return then_w is None and now_w is None
+    return abs(now_w - then_w) <= max(5.0, 0.1 * then_w)
+
+
 def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
     """How fast the PCIe counters can move now: the link as negotiated, or its max if unknown."""
     now = link_bytes_per_s(sample.pcie_link_gen_current, sample.pcie_link_width_current)
@@ -45,19 +66,20 @@ def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
 
 
 class NvmlPcie:
-    """PCIe readings, a part of NvmlBackend (uses its `_call`, `_clock`, `_infos`, `_lost`, `unsupported`
-    and the `_pcie*` and `_guard_stop` state it sets up).
+    """PCIe readings, a part of NvmlBackend (uses its `_call`, `_clock`, `_sleep`, `_infos`, `_lost`,
+    `unsupported` and the `_pcie*` and `_guard_stop` state it sets up).
 
-    `instant_first_pcie`: a tick whose counters give no rate yet (the first, or one after the GPU woke
-    unguarded) takes nvmlDeviceGetPcieThroughput's 20 ms window instead, all GPUs in parallel: a
-    one-shot (`gpumix-top --once`, `gpumix doctor`) then needs one tick, not two ticks and a wait."""
+    `instant_first_pcie`: a tick whose counters give no rate yet (the first reading) takes a 20 ms pair
+    of reads instead: a one-shot (`gpumix-top --once`, `gpumix doctor`) then needs one tick, not two
+    ticks and a wait."""
 
     instant_first_pcie: bool = False
-    exact_pcie: bool = False  # the wrap guard instead of the 20 ms window for busy fast links
+    exact_pcie: bool = False  # the wrap guard instead of a pair of reads for busy fast links
+    quiet_pcie_interval_s: float = 5.0  # the longest a quiet GPU's counters go unread (NvmlBackend: its slow interval)
 
     def _fill_pcie(self, samples: list[GpuSample]) -> None:
-        fallback: list[GpuSample] = []
-        windowed: list[GpuSample] = []  # counters cannot be exact this tick: the 20 ms window
+        fallback: list[GpuSample] = []  # no counters: the 20 ms throughput window
+        windowed: list[GpuSample] = []  # counters cannot be exact over the tick: a 20 ms pair of reads
         instant: list[GpuSample] = []  # no counter rate this tick (a first reading): instant_first_pcie
         for sample in samples:
             if sample.lost:
@@ -65,6 +87,11 @@ class NvmlPcie:
             if (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
                 continue
+            carried = self._quiet_rates(sample)
+            if carried is not None:
+                sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = carried
+                continue
+            self._note_signs(sample)
             rates, window = self._pcie_from_counters(sample, _link_bound(sample, self._infos[sample.index]))
             if rates is None and (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
@@ -74,13 +101,61 @@ class NvmlPcie:
                 windowed.append(sample)
             elif self.instant_first_pcie:
                 instant.append(sample)
-        if fallback or windowed or instant:
-            self._pcie_from_throughput(fallback + windowed + instant)
+        if windowed or instant:
+            fallback += self._pcie_from_pairs(windowed + instant)
+        if fallback:
+            self._pcie_from_throughput(fallback)
         for sample in windowed:
             self._after_window(sample)
 
+    def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
+        """The last counter rates of a GPU that stays quiet, while its last read is younger than
+        `quiet_pcie_interval_s`; None: read its counters this tick. Quiet: no process, no utilization,
+        traffic under MOVING_BYTES_PER_S at the last read, and the signs of a waking GPU as they were
+        then (link generation, clocks, power): a copy with no kernel and no process listed (another PID
+        namespace) moves at least one of them. What moves none is seen at the next slow read."""
+        if sample.processes or sample.util_gpu_pct != 0 or sample.util_mem_pct != 0:
+            return None  # something runs, or utilization unknown
+        with self._pcie_lock:
+            counters = self._pcie.get(sample.index)
+            if counters is None or counters.last_rates is None or counters.read_at_s is None:
+                return None
+            if counters.windowed or counters.guarded or max(counters.last_rates) >= MOVING_BYTES_PER_S:
+                return None
+            if self._clock() - counters.read_at_s >= self.quiet_pcie_interval_s:
+                return None
+            if counters.signs_at_read != _signs(sample) or not _same_power(counters.power_at_read_w, sample.power_w):
+                return None
+            return counters.last_rates
+
+    def _note_signs(self, sample: GpuSample) -> None:
+        """The waking signs at this tick's counter read, for `_quiet_rates` to compare with."""
+        with self._pcie_lock:
+            counters = self._pcie.get(sample.index)
+            if counters is not None:
+                counters.signs_at_read, counters.power_at_read_w = _signs(sample), sample.power_w
+
+    def _pcie_from_pairs(self, samples: list[GpuSample]) -> list[GpuSample]:
+        """Each GPU's counters read again PAIR_GAP_S after this tick's read; its rate over the pair.
+        Returns the samples the pair could not answer (for the throughput window)."""
+        with self._pcie_lock:
+            before = {sample.index: self._pcie[sample.index].totals() for sample in samples}
+        self._sleep(PAIR_GAP_S)
+        unanswered = []
+        for sample in samples:
+            counters = self._read_counters(sample.index)
+            rates = None
+            if counters is not None:
+                with self._pcie_lock:
+                    rates = counters.rates_over_pair(before[sample.index])
+            if rates is None:
+                unanswered.append(sample)
+            else:
+                sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = rates
+        return unanswered
+
     def _after_window(self, sample: GpuSample) -> None:
-        """Whether the next interval needs the window too, judged by this tick's window rates
+        """Whether the next interval needs a pair too, judged by this tick's pair (or window) rates
         (the counters' own step spanned traffic that may have wrapped them)."""
         tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
         rates = (tx, rx) if tx is not None and rx is not None else None

@@ -22,9 +22,10 @@ gen5 x16 link at idle, and reading an idle one 15 times a second cost 1.1 % of a
 tick gives no rate (None, not an aliased number), and the guard runs from then on.
 
 The guard runs only with `NvmlBackend.exact_pcie`. By default a GPU that may be moving data on a
-link that can wrap within a tick is `windowed` instead: its next tick takes
-nvmlDeviceGetPcieThroughput's 20 ms window (KB/s, a sample not an average; nvitop's source), one
-counter read per tick, no guard reads (issue 13: those were 1.4 % of a core per busy H200).
+link that can wrap within a tick is `windowed` instead: its next tick reads the counters twice, 20 ms
+apart, far inside a wrap period (a 20 ms sample, not the tick's average, as nvitop's
+nvmlDeviceGetPcieThroughput window is): two counter reads a tick, no guard reads (issue 13: the guard
+was 1.4 % of a core per busy H200, the throughput window's two calls 3.4 ms of CPU a tick).
 """
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ class PcieCounters:
     read_at_s: float | None = None  # our own (monotonic) clock at the last read: NVML's stamps are wall time
     reset: bool = False  # the counters restarted since the last tick: its rate is unknown
     guarded: bool = False  # the wrap guard keeps these exact (the GPU may be moving data; exact_pcie)
-    windowed: bool = False  # busy on a link that wraps within a tick: the next tick takes the 20 ms window
+    windowed: bool = False  # busy on a link that wraps within a tick: the next tick takes a 20 ms pair of reads
+    last_rates: tuple[float, float] | None = None  # (tx, rx) bytes/s the counters last gave, carried while quiet
+    signs_at_read: tuple[int | None, ...] | None = None  # the GPU's link gen and clocks at the tick's last read
+    power_at_read_w: float | None = None
 
     def update(self, timestamp_us: int, tx_value: Any, rx_value: Any) -> None:
         tx, self.modulus = field_value(tx_value)
@@ -115,7 +119,28 @@ class PcieCounters:
             rates = ((self.total_tx - self.sampled_tx) / elapsed_s, (self.total_rx - self.sampled_rx) / elapsed_s)
         if previous is None or self.timestamp_us > previous:
             self.sampled_us, self.sampled_tx, self.sampled_rx = self.timestamp_us, self.total_tx, self.total_rx
+        if rates is not None:
+            self.last_rates = rates
         return rates
+
+    def totals(self) -> tuple[int | None, int, int]:
+        """(timestamp_us, total_tx, total_rx) now: one end of a pair of reads."""
+        return self.timestamp_us, self.total_tx, self.total_rx
+
+    def rates_over_pair(self, before: tuple[int | None, int, int]) -> tuple[float, float] | None:
+        """(tx, rx) bytes/s from `before` (an earlier `totals()`) to the read just made, which becomes the
+        tick's sample; None where the pair cannot be exact: no later timestamp (the driver had nothing newer),
+        a counter reset, or a gap in which the link could have wrapped the counters."""
+        before_us, before_tx, before_rx = before
+        if before_us is None or self.timestamp_us is None or self.timestamp_us <= before_us or self.reset:
+            return None
+        elapsed_s = (self.timestamp_us - before_us) / 1e6
+        period = self.safe_period_s()
+        if period is not None and elapsed_s > period:
+            return None
+        self.sampled_us, self.sampled_tx, self.sampled_rx = self.timestamp_us, self.total_tx, self.total_rx
+        self.last_rates = ((self.total_tx - before_tx) / elapsed_s, (self.total_rx - before_rx) / elapsed_s)
+        return self.last_rates
 
     def safe_period_s(self) -> float | None:
         """The longest gap between reads that cannot miss a wrap at the link's rate."""
