@@ -41,7 +41,9 @@ def one_run(args: argparse.Namespace, agent: bool, env: dict[str, str]) -> dict:
         command += ["--backend", args.backend]
     if not agent:
         command.append("--no-agent")
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:  # the launcher's and the ranks' own words, not only the exit status
+        sys.exit(f"torchrun exited {done.returncode} ({'with' if agent else 'without'} the agent):\n{done.stderr[-4000:]}")
     result = json.loads(Path(out).read_text())
     os.unlink(out)
     return result
