@@ -15,6 +15,10 @@
 #   PART=s10: the hub over 30 s windows (twice), RSS by kind (both tools, and without the re-exec), the agent's
 #           1 ms steps in 7 alternated pairs and with the GPU busy.
 #   PART=s10b: the one-shots with a hub, the agent's 1 ms steps in 8 ABBA pairs.
+#   PART=s11: a real GPU's reading in the hub by NVML call, idle and busy, session 10's code (its tree in
+#           .whl/tree_before: `bash benchmarks/tree_at.sh 80cb42a .whl/tree_before`) and this one's, in ABBA
+#           order; the pair of counter reads against NVML's 20 ms window under load; the one-shots without a
+#           hub; the dashboard against nvitop at 160x48, idle.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -128,6 +132,27 @@ if [ "$PART" = s10b ]; then  # session 10: the one-shots with a hub, then the ag
   stop_hub
   [ "$DRY" != 1 ] && step 220 "agent per step, 1 ms steps, CUDA loss, 8 ABBA pairs" $PY "$REPO/benchmarks/bench_agent_calls.py" \
     --device cuda --case both --pairs 8 --steps 5000 --body-us 1000 --out "$WORK/agent_calls_1ms_abba8.json"
+fi
+
+if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow reads, before and after
+  COST=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks 15 --by-call $SRC)
+  reading() {  # TREE LABEL: the reading cost with session 10's tree or this one's
+    if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_before:$SITE step 40 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
+    else step 40 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
+  }
+  reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
+  if [ "$DRY" != 1 ]; then
+    $PY $REPO/benchmarks/gpu_load.py --seconds 150 >"$WORK/gpu_load.log" 2>&1 &
+    LOAD=$!
+    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
+    step 30 "pair against window, busy" $PY "$REPO/benchmarks/pcie_pair_check.py" --rounds 20 --out "$WORK/pcie_pair_check_busy.json"
+  fi
+  reading before busy_before_1; reading after busy_after_1; reading after busy_after_2; reading before busy_before_2
+  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  step 45 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label nohub --out "$WORK/oneshot_nohub.json" \
+    --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpustat --json" --cmd "nvitop --once"
+  step 75 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 2 --cols 160 --rows 48 --label idle-160x48 \
+    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
 fi
 
 if [ "$PART" = rss ]; then

@@ -61,14 +61,17 @@ def main() -> None:
         hub = Hub(open_hardware(sim_file=args.sim))
     backend = hub.hardware.backend
     reading_s: list[float] = []
+    pcie_rates: list[list[list[float | None]]] = []  # per tick, per GPU: [tx, rx] bytes/s as the tick read them
     real_sample = backend.sample
 
     def timed_sample():  # the GPUs' reading inside the tick, in process CPU
         started = time.process_time()
         try:
-            return real_sample()
+            samples = real_sample()
         finally:
             reading_s.append(time.process_time() - started)
+        pcie_rates.append([[s.pcie_tx_bytes_per_s, s.pcie_rx_bytes_per_s] for s in samples])
+        return samples
 
     backend.sample = timed_sample
     ticks_s: list[float] = []
@@ -94,7 +97,8 @@ def main() -> None:
               f"estimate_{n}_gpus_no_rank_pct_of_one_core": (rest_ms + n * per_gpu_ms) / 10.0,
               "by_call_cpu_us": {name: {"calls_per_tick": len(times) / (args.warmup + args.ticks),
                                          "mean_us": statistics.fmean(times) * 1e6} for name, times in sorted(by_call.items())},
-              "ticks_cpu_ms": [t * 1e3 for t in ticks_s], "readings_cpu_ms": [r * 1e3 for r in readings]}
+              "ticks_cpu_ms": [t * 1e3 for t in ticks_s], "readings_cpu_ms": [r * 1e3 for r in readings],
+              "pcie_tx_rx_bytes_per_s_ticks": pcie_rates[args.warmup:]}
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
