@@ -90,7 +90,9 @@ def main() -> None:
     per_gpu_ms = reading_ms / gpus
     rest_ms = tick_ms - reading_ms
     n = args.gpus_for_estimate
-    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "gpus": gpus,
+    import gpumix
+
+    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "gpumix_from": gpumix.__path__[0], "gpus": gpus,
               "names": sorted({info.name for info in backend.gpus()}), "ticks": args.ticks,
               "tick_cpu_ms_mean": tick_ms, "tick_cpu_ms_median": statistics.median(ticks_s) * 1e3,
               "gpu_reading_cpu_ms_mean": reading_ms, "per_gpu_cpu_ms": per_gpu_ms, "rest_cpu_ms": rest_ms,
