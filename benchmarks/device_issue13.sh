@@ -135,7 +135,7 @@ if [ "$PART" = s10b ]; then  # session 10: the one-shots with a hub, then the ag
 fi
 
 if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow reads, before and after
-  COST=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks 15 --by-call $SRC)
+  COST=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks "${TICKS:-15}" --by-call $SRC)
   reading() {  # TREE LABEL: the reading cost with session 10's tree or this one's
     if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_before:$SITE step 40 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
     else step 40 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
@@ -151,7 +151,7 @@ if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow
   [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
   step 45 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label nohub --out "$WORK/oneshot_nohub.json" \
     --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpustat --json" --cmd "nvitop --once"
-  step 75 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 2 --cols 160 --rows 48 --label idle-160x48 \
+  [ "${DASHBOARD:-1}" = 1 ] && step 75 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 2 --cols 160 --rows 48 --label idle-160x48 \
     --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
 fi
 
