@@ -140,16 +140,18 @@ if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow
     if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_before:$SITE step 40 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
     else step 40 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
   }
-  reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
+  reading before idle_before_1; reading after idle_after_1
+  [ "${ABBA:-1}" = 1 ] && { reading after idle_after_2; reading before idle_before_2; }
   if [ "$DRY" != 1 ]; then
     $PY $REPO/benchmarks/gpu_load.py --seconds 150 >"$WORK/gpu_load.log" 2>&1 &
     LOAD=$!
     for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
     step 30 "pair against window, busy" $PY "$REPO/benchmarks/pcie_pair_check.py" --rounds 20 --out "$WORK/pcie_pair_check_busy.json"
   fi
-  reading before busy_before_1; reading after busy_after_1; reading after busy_after_2; reading before busy_before_2
+  reading before busy_before_1; reading after busy_after_1
+  [ "${ABBA:-1}" = 1 ] && { reading after busy_after_2; reading before busy_before_2; }
   [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
-  step 45 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label nohub --out "$WORK/oneshot_nohub.json" \
+  [ "${ONESHOTS:-1}" = 1 ] && step 45 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label nohub --out "$WORK/oneshot_nohub.json" \
     --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpustat --json" --cmd "nvitop --once"
   [ "${DASHBOARD:-1}" = 1 ] && step 75 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 2 --cols 160 --rows 48 --label idle-160x48 \
     --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
