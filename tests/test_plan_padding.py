@@ -66,17 +66,3 @@ def test_a_point_with_no_time_does_not_count_as_a_second_count() -> None:
     request = PlanRequest(global_batch=192, gradient_bytes=1e8, granularity=4)
     read = with_possible_stairs([rank(0, "slow", 64, 0.160), rank(1, "fast", 64, 0.100, points=((48, 0.0),))], request)
     assert read[1].possible_tiles == (8, 16)
-
-
-def test_the_proposal_is_the_split_the_prediction_ranks_first_among_the_search_candidates() -> None:
-    # The review's case (session 10): two ranks measured at 32 only, a batch of 64 at granularity 4. The
-    # plain curve's best is [44, 20] (0.1178 s), but 20 may run as 24 or 32 (tiles of 8 or 16 are open):
-    # predicted 0.1492 s, where [48, 16] (on whole tiles of 16, the measured lattice's level) is 0.1281 s.
-    measures = [rank(0, "a", 32, 0.0854), rank(1, "b", 32, 0.1884)]
-    result = plan(measures, PlanRequest(global_batch=64, gradient_bytes=1e8, granularity=4))
-    assert [r.samples for r in result.ranks] == [48, 16]
-    assert math.isclose(result.proposed.compute_s, 0.0854 * 48 / 32)
-    # every split of the granularity is predicted no faster than the proposal
-    read = with_possible_stairs(measures, PlanRequest(global_batch=64, gradient_bytes=1e8, granularity=4))
-    for n in range(4, 64, 4):
-        assert max(read[0].expected_time_s(n), read[1].expected_time_s(64 - n)) >= result.proposed.compute_s - 1e-12
