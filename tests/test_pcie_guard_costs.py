@@ -356,3 +356,23 @@ def test_a_gpu_without_the_window_keeps_the_guard(window_world: World) -> None:
     for _ in range(3):
         busy = world.one_tick_with_the_guard()[GPU]
         assert busy.pcie_tx_bytes_per_s == pytest.approx(FAST, rel=1e-6)  # not None every tick
+
+
+def test_a_first_read_that_fails_leaves_a_one_shot_the_window() -> None:
+    """A transient error on a GPU's first counter read (no counters yet): that GPU takes the window."""
+    clock = ManualClock()
+    machine = SimMachine(load_builtin_rig("mixed-10"), clock=clock)  # the demo job: every GPU moves data
+    nvml = FastIdleLinkNvml(machine)
+    backend = NvmlBackend(nvml=nvml, clock=clock, wall_clock=clock, sleep=clock.advance)
+    backend._guard_stop.set()
+    try:
+        backend.instant_first_pcie = True
+        machine.faults[(GPU, "nvmlDeviceGetFieldValues")] = pynvml.NVML_ERROR_TIMEOUT
+        clock.advance(1.0)
+        machine.tick()
+        first = backend.sample()
+        assert first[GPU].pcie_rx_bytes_per_s == _window_rate(machine.gpus[GPU].activity.pcie_rx_bytes_per_s)
+        assert first[0].pcie_rx_bytes_per_s == pytest.approx(machine.gpus[0].activity.pcie_rx_bytes_per_s, rel=1e-6)
+        assert nvml.window_reads[GPU] == 2 and nvml.window_reads[0] == 0
+    finally:
+        backend.close()

@@ -138,11 +138,13 @@ class NvmlPcie:
     def _pcie_from_pairs(self, samples: list[GpuSample]) -> list[GpuSample]:
         """Each GPU's counters read again PAIR_GAP_S after this tick's read; its rate over the pair.
         Returns the samples the pair could not answer (for the throughput window)."""
-        with self._pcie_lock:
-            before = {sample.index: self._pcie[sample.index].totals() for sample in samples}
+        with self._pcie_lock:  # a GPU whose first read failed (a transient error) has no counters yet
+            before = {s.index: self._pcie[s.index].totals() for s in samples if s.index in self._pcie}
+        unanswered = [sample for sample in samples if sample.index not in before]
         self._sleep(PAIR_GAP_S)
-        unanswered = []
         for sample in samples:
+            if sample.index not in before:
+                continue
             counters = self._read_counters(sample.index)
             rates = None
             if counters is not None:
