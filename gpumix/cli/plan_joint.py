@@ -12,6 +12,7 @@ from typing import Any
 
 from gpumix.plan.inputs import measures
 from gpumix.plan.memory import effective_max_k, micro_batch_cap
+from gpumix.plan.padding import ExpectedCurve, with_possible_stairs
 from gpumix.plan.prediction import hindsight_error
 from gpumix.plan.split_types import PlanRequest
 from gpumix.plan.stairs import with_stairs
@@ -35,9 +36,11 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     if plan["global_batch"] % max(1, granularity) or units > MAX_UNITS or len(plan["ranks"]) * units**2 > MAX_DP_WORK:
         return JointOffer(False, f"not searched: the batch is {plan['global_batch']} / {granularity} samples, at most"
                                  f" {MAX_UNITS} whole units are (use --granularity)").to_json()
-    # the planner's own view of each rank: its stairs learned, its memory's micro-batch cap
+    # the planner's own view of each rank: its stairs learned, the tiles one count leaves open (a split is
+    # compared by the time the proposal's step is predicted by), its memory's micro-batch cap
     request = PlanRequest(global_batch=plan["global_batch"], gradient_bytes=0.0, granularity=max(1, granularity))
-    ranks_now = {m.gpu_uuid: m for m in with_stairs(measures(snapshot, job), request) if m.gpu_uuid}
+    read = with_possible_stairs(with_stairs(measures(snapshot, job), request), request)
+    ranks_now = {m.gpu_uuid: m for m in read if m.gpu_uuid}
     planned = {r["gpu_uuid"]: r["samples"] for r in plan["ranks"] if r.get("samples")}
     gpus = gpu_power_from_snapshot(snapshot)
     taking = [g for g in gpus if g.uuid in planned and g.uuid in ranks_now]
@@ -47,7 +50,7 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     comm_s = max((g.comm_s for g in taking), default=0.0)
     ranks = []
     for g in taking:
-        ranks.append(JointRank(index=g.index, compute=ranks_now[g.uuid].compute_curve(), cap_w=g.cap_w, min_w=g.min_w,
+        ranks.append(JointRank(index=g.index, compute=ExpectedCurve.of(ranks_now[g.uuid]), cap_w=g.cap_w, min_w=g.min_w,
                                max_w=max(g.cap_w, g.default_w), power=g.power_curve(),
                                upper_samples=_most_samples(ranks_now[g.uuid], request)))
     # split then fit, by the same model: the plan's split held, the least slowest compute under the budget

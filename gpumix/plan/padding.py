@@ -18,8 +18,9 @@ through them; the mean there too cost second restarts the world pays for (docs/p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from gpumix.model.compute_curve import ComputeCurve
 from gpumix.model.step_model import Basis
 from gpumix.plan.memory import MAX_ALIGNED_TILE, effective_max_k, micro_batch_cap
 from gpumix.plan.split_types import PlanRequest, RankMeasure
@@ -68,3 +69,22 @@ def padding_basis(m: RankMeasure, basis: Basis) -> Basis:
         return basis
     note = PADDING_BASIS.format(tiles=", ".join(str(t) for t in m.possible_tiles))
     return replace(basis, prior=f"{basis.prior}; {note}" if basis.prior else note)
+
+
+@dataclass(frozen=True)
+class ExpectedCurve(ComputeCurve):
+    """A rank's compute curve as its step is predicted (RankMeasure.expected_time_s): the mean over the
+    tiles left open where it has them, its own curve elsewhere. For a caller that takes a curve and
+    compares splits (the joint offer, gpumix/cli/plan_joint.py) on the planner's prediction."""
+
+    measure: RankMeasure | None = None
+
+    @classmethod
+    def of(cls, m: RankMeasure) -> ExpectedCurve:
+        return cls(m.compute_curve().points, m)
+
+    def time_s(self, samples: float) -> float:
+        assert self.measure is not None
+        if samples <= 0 or samples != int(samples):
+            return self.measure.compute_curve().time_s(samples)
+        return self.measure.expected_time_s(int(samples))
