@@ -291,18 +291,31 @@ class SlowWindowNvml(FastIdleLinkNvml):
         return super().nvmlDeviceGetPcieThroughput(handle, counter)
 
 
+class OneShot:
+    """The demo job (every GPU moves data) seen by a backend whose first tick takes instant rates, as a
+    one-shot's does; `sleep` is the backend's wait between a pair's reads."""
+
+    def __init__(self, nvml_class: type[FastIdleLinkNvml], sleep: Any = None) -> None:
+        self.clock = ManualClock()
+        self.machine = SimMachine(load_builtin_rig("mixed-10"), clock=self.clock)
+        self.nvml = nvml_class(self.machine)
+        self.backend = NvmlBackend(nvml=self.nvml, clock=self.clock, wall_clock=self.clock,
+                                   sleep=sleep if sleep is not None else self.clock.advance)
+        self.backend._guard_stop.set()
+        self.backend.instant_first_pcie = True
+
+    def tick(self, advance_s: float = 1.0) -> list[Any]:
+        self.clock.advance(advance_s)
+        self.machine.tick()
+        return self.backend.sample()
+
+
 def test_instant_first_pcie_gives_rates_on_the_first_tick_from_one_pair_of_reads() -> None:
-    clock = ManualClock()
-    machine = SimMachine(load_builtin_rig("mixed-10"), clock=clock)  # the demo job: every GPU moves data
-    nvml = FastIdleLinkNvml(machine)
-    backend = NvmlBackend(nvml=nvml, clock=clock, wall_clock=clock, sleep=clock.advance)
-    backend._guard_stop.set()
+    one_shot = OneShot(FastIdleLinkNvml)
+    clock, machine, nvml = one_shot.clock, one_shot.machine, one_shot.nvml
     try:
-        backend.instant_first_pcie = True
-        clock.advance(1.0)
-        machine.tick()
-        started_s = clock()
-        first = backend.sample()
+        started_s = clock() + 1.0
+        first = one_shot.tick()
         assert clock() - started_s == pytest.approx(0.02)  # one 20 ms wait for all the GPUs, not one each
         for index, sample in enumerate(first):
             activity = machine.gpus[index].activity
@@ -311,34 +324,27 @@ def test_instant_first_pcie_gives_rates_on_the_first_tick_from_one_pair_of_reads
             assert sample.pcie_tx_bytes_per_s == pytest.approx(activity.pcie_tx_bytes_per_s, rel=1e-6)
         assert sum(nvml.field_reads.values()) == 20 and sum(nvml.window_reads.values()) == 0
     finally:
-        backend.close()
+        one_shot.backend.close()
 
 
 def test_instant_first_pcie_falls_back_to_parallel_windows() -> None:
     """The pairs' second reads bring nothing newer (NVML's clock does not move): all 20 windows at once."""
-    clock = ManualClock()
-    machine = SimMachine(load_builtin_rig("mixed-10"), clock=clock)  # the demo job: every GPU moves data
-    nvml = SlowWindowNvml(machine)
-    backend = NvmlBackend(nvml=nvml, clock=clock, wall_clock=clock, sleep=lambda seconds: None)
-    backend._guard_stop.set()
+    one_shot = OneShot(SlowWindowNvml, sleep=lambda seconds: None)
+    machine, nvml = one_shot.machine, one_shot.nvml
+    assert isinstance(nvml, SlowWindowNvml)
     try:
-        backend.instant_first_pcie = True
-        clock.advance(1.0)
-        machine.tick()
-        first = backend.sample()
+        first = one_shot.tick()
         assert nvml.all_in.is_set(), "the 20 windows ran one after the other"
         for index, sample in enumerate(first):
             activity = machine.gpus[index].activity
             assert activity.pcie_rx_bytes_per_s > 0
             assert sample.pcie_rx_bytes_per_s == int(activity.pcie_rx_bytes_per_s / 1000) * 1000.0  # KB/s from NVML
             assert sample.pcie_tx_bytes_per_s == int(activity.pcie_tx_bytes_per_s / 1000) * 1000.0
-        clock.advance(0.05)  # guarded reads 50 ms apart: the counters take over
-        machine.tick()
-        second = backend.sample()
+        second = one_shot.tick(advance_s=0.05)  # guarded reads 50 ms apart: the counters take over
         assert nvml.window_calls == 20
         assert second[GPU].pcie_rx_bytes_per_s == pytest.approx(machine.gpus[GPU].activity.pcie_rx_bytes_per_s, abs=50.0)
     finally:
-        backend.close()
+        one_shot.backend.close()
 
 
 def test_without_instant_first_pcie_the_first_tick_has_no_rate(world: World) -> None:
@@ -360,19 +366,13 @@ def test_a_gpu_without_the_window_keeps_the_guard(window_world: World) -> None:
 
 def test_a_first_read_that_fails_leaves_a_one_shot_the_window() -> None:
     """A transient error on a GPU's first counter read (no counters yet): that GPU takes the window."""
-    clock = ManualClock()
-    machine = SimMachine(load_builtin_rig("mixed-10"), clock=clock)  # the demo job: every GPU moves data
-    nvml = FastIdleLinkNvml(machine)
-    backend = NvmlBackend(nvml=nvml, clock=clock, wall_clock=clock, sleep=clock.advance)
-    backend._guard_stop.set()
+    one_shot = OneShot(FastIdleLinkNvml)
+    machine, nvml = one_shot.machine, one_shot.nvml
     try:
-        backend.instant_first_pcie = True
         machine.faults[(GPU, "nvmlDeviceGetFieldValues")] = pynvml.NVML_ERROR_TIMEOUT
-        clock.advance(1.0)
-        machine.tick()
-        first = backend.sample()
+        first = one_shot.tick()
         assert first[GPU].pcie_rx_bytes_per_s == _window_rate(machine.gpus[GPU].activity.pcie_rx_bytes_per_s)
         assert first[0].pcie_rx_bytes_per_s == pytest.approx(machine.gpus[0].activity.pcie_rx_bytes_per_s, rel=1e-6)
         assert nvml.window_reads[GPU] == 2 and nvml.window_reads[0] == 0
     finally:
-        backend.close()
+        one_shot.backend.close()
