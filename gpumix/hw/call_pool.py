@@ -1,5 +1,6 @@
 """Blocking calls run side by side on a few kept threads: NVML's PCIe throughput window
-(nvmlDeviceGetPcieThroughput samples for 20 ms, two calls a GPU) for every GPU of a tick at once.
+(nvmlDeviceGetPcieThroughput samples for 20 ms, two calls a GPU) for every GPU of a tick at once, where
+the counters cannot answer (since session 11 a busy GPU's rate comes from a pair of counter reads).
 
 concurrent.futures' pool made a Future (with its Condition), a work item and a semaphore check per call in
 Python, and woke its workers through them: on `gpumix hub --sim mixed-10`, whose 9 busy GPUs take the window
