@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from gpumix.plan.lattice import LATTICE_TOLERANCE
 from gpumix.plan.padding import open_tiles, with_possible_stairs
 from gpumix.plan.planner import PlanRequest, RankMeasure, plan, plan_to_json
 
@@ -66,3 +67,46 @@ def test_a_point_with_no_time_does_not_count_as_a_second_count() -> None:
     request = PlanRequest(global_batch=192, gradient_bytes=1e8, granularity=4)
     read = with_possible_stairs([rank(0, "slow", 64, 0.160), rank(1, "fast", 64, 0.100, points=((48, 0.0),))], request)
     assert read[1].possible_tiles == (8, 16)
+
+
+def test_a_coarser_split_predicted_faster_by_more_than_the_margin_is_taken() -> None:
+    # The review's case (session 10): two ranks measured at 32 only, a batch of 64 at granularity 4. The
+    # plain curve's best is [44, 20] (0.1178 s), but 20 may run as 24 or 32 (tiles of 8 or 16 are open):
+    # predicted 0.1492 s, where [48, 16] (on whole tiles of 16, the measured lattice's level) is 0.1281 s.
+    measures = [rank(0, "a", 32, 0.0854), rank(1, "b", 32, 0.1884)]
+    request = PlanRequest(global_batch=64, gradient_bytes=1e8, granularity=4)
+    result = plan(measures, request)
+    assert [r.samples for r in result.ranks] == [48, 16]
+    assert math.isclose(result.proposed.compute_s, 0.0854 * 48 / 32)
+    read = with_possible_stairs(measures, request)
+    assert math.isclose(max(read[0].expected_time_s(44), read[1].expected_time_s(20)), 0.1492, rel_tol=1e-3)
+    # every split of the granularity is predicted no faster than the proposal
+    for n in range(4, 64, 4):
+        assert max(read[0].expected_time_s(n), read[1].expected_time_s(64 - n)) >= result.proposed.compute_s - 1e-12
+
+
+def test_a_coarser_split_predicted_faster_by_less_than_the_margin_is_not_taken() -> None:
+    # Two ranks measured at 64, a batch of 128: the line's [40, 88] is predicted 0.1201 s (88 may run as 96),
+    # the tiles of 16's [32, 96] 0.1187 s, 1.25 % faster: within LATTICE_TOLERANCE, the line's split stays.
+    measures = [rank(0, "a", 64, 0.1802), rank(1, "b", 64, 0.0791)]
+    request = PlanRequest(global_batch=128, gradient_bytes=1e8, granularity=4)
+    result = plan(measures, request)
+    assert [r.samples for r in result.ranks] == [40, 88]
+    read = with_possible_stairs(measures, request)
+    coarser_s = max(read[0].expected_time_s(32), read[1].expected_time_s(96))
+    assert result.proposed.compute_s > coarser_s > result.proposed.compute_s / (1 + LATTICE_TOLERANCE)
+
+
+def test_a_finer_level_must_beat_the_coarser_split_taken_by_the_margin_too() -> None:
+    # Three ranks measured at 64, a batch of 192. The line's [36, 88, 68] is predicted 0.0985 s; the tiles
+    # of 16's [32, 96, 64] 0.0949 s (3.7 % faster: taken); the tiles of 8's [32, 88, 72] 0.0933 s is 5.2 %
+    # faster than the line's but 1.7 % faster than the split taken: not taken.
+    measures = [rank(0, "a", 64, 0.1525), rank(1, "b", 64, 0.0633), rank(2, "c", 64, 0.0800)]
+    request = PlanRequest(global_batch=192, gradient_bytes=1e8, granularity=4)
+    result = plan(measures, request)
+    assert [r.samples for r in result.ranks] == [32, 96, 64]
+    read = with_possible_stairs(measures, request)
+    line_s, finer_s = (max(m.expected_time_s(n) for m, n in zip(read, counts, strict=True))
+                       for counts in ([36, 88, 68], [32, 88, 72]))
+    assert result.proposed.compute_s * (1 + LATTICE_TOLERANCE) < line_s
+    assert finer_s < result.proposed.compute_s < finer_s * (1 + LATTICE_TOLERANCE)

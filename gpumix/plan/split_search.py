@@ -169,15 +169,28 @@ def _snap_to_granularity(
     return True
 
 
+def _predicted_s(counts: Sequence[int], measures: Sequence[RankMeasure]) -> float:
+    """The slowest compute as the step is predicted (plan.prediction.predict): each rank's mean over
+    the tiles left open where it has them (plan.padding), else its curve. The step's wait grows slower
+    than its compute, so the step time ranks splits as this does."""
+    return max(m.expected_time_s(n) for m, n in zip(measures, counts, strict=True))
+
+
 def _prefer_measured_lattice(
-    counts: list[int], curves: Sequence[ComputeCurve], caps: Sequence[int | None], upper: Sequence[int],
-    max_k: int, lattices: Sequence[int], granularity: int, deadline: Deadline,
+    counts: list[int], curves: Sequence[ComputeCurve], measures: Sequence[RankMeasure], caps: Sequence[int | None],
+    upper: Sequence[int], max_k: int, lattices: Sequence[int], granularity: int, deadline: Deadline,
 ) -> None:
     """Move the counts onto each rank's measured lattice (lattice.measured_lattice), as coarse as the
-    line allows: the coarsest level whose best split there predicts within LATTICE_TOLERANCE of
-    these counts' slowest compute. Counts unchanged when no level does."""
+    line allows: the coarsest level whose best split there the curves put within LATTICE_TOLERANCE of
+    these counts' slowest compute (these counts where none does). Then the best split of a coarser level
+    replaces it only where the prediction puts that split faster by more than LATTICE_TOLERANCE (coarsest
+    first, each against the split held): a rank measured at one count may pay a tile one point cannot show
+    (plan.padding), so the line's choice can be predicted slower than a coarser split (issue 16); the
+    margin keeps the line's choice where the prediction's edge is within its own doubt (docs/planner.md,
+    session 11). Never a finer level than the line's: where the prediction is the line, nothing moves."""
     total = sum(counts)
     limit_s = max(c.time_s(n) for c, n in zip(curves, counts, strict=True)) * (1 + LATTICE_TOLERANCE)
+    coarser: list[list[int]] = []  # the best split of each level above the one taken, coarsest first
     level = max(lattices)
     while level > granularity:
         steps = [min(lattice, level) for lattice in lattices]
@@ -187,8 +200,14 @@ def _prefer_measured_lattice(
         found = _min_max_exact(total, choices, curves, deadline)
         if found is not None and max(c.time_s(n) for c, n in zip(curves, found, strict=True)) <= limit_s:
             counts[:] = found
-            return
+            break
+        if found is not None:
+            coarser.append(found)
         level //= 2
+    best_s = _predicted_s(counts, measures)
+    for found in coarser:
+        if (found_s := _predicted_s(found, measures)) * (1 + LATTICE_TOLERANCE) < best_s:
+            counts[:], best_s = found, found_s
 
 
 def split_counts(
@@ -212,5 +231,6 @@ def split_counts(
         _snap_to_granularity(counts, curves, caps, upper, max_k, request.granularity, deadline)
         lattices = [measured_lattice([m.current_samples, *(n for n, _ in m.compute_points)], request.granularity)
                     for m in measures]
-        _prefer_measured_lattice(counts, curves, caps, upper, max_k, lattices, request.granularity, deadline)
+        _prefer_measured_lattice(counts, curves, measures, caps, upper, max_k, lattices, request.granularity,
+                                 deadline)
     return counts, caps, shares
