@@ -376,3 +376,117 @@ def test_a_first_read_that_fails_leaves_a_one_shot_the_window() -> None:
         assert nvml.window_reads[GPU] == 2 and nvml.window_reads[0] == 0
     finally:
         one_shot.backend.close()
+
+
+def _until_a_quiet_read(world: World) -> None:
+    """Ticks until one reads an idle GPU's counters (its slow read): the next 5 s are carried."""
+    world.tick()
+    world.one_tick_with_the_guard()
+    reads = world.nvml.field_reads[GPU]
+    for _ in range(10):
+        world.one_tick_with_the_guard()
+        if world.nvml.field_reads[GPU] != reads and world.backend._pcie[GPU].last_rates == (0.0, 0.0):
+            return
+        reads = world.nvml.field_reads[GPU]
+    raise AssertionError("no quiet read in 10 ticks")
+
+
+def test_a_stream_that_wraps_into_a_quiet_looking_step_is_caught_at_the_slow_read(window_world: World) -> None:
+    """6.02 GB/s with no process, no utilization and nothing else moving: 5 s of it is 7 wraps and 10 MB, a
+    step that reads as 2 MB/s, under the threshold, at every slow read. The slow read takes a pair."""
+    world = window_world
+    _until_a_quiet_read(world)
+    rate = (1 << 32) / 5 * 7 + 10e6
+    world.machine.set_activity(GPU, GpuActivity(pcie_tx_bytes_per_s=rate))
+    shown = [world.one_tick_with_the_guard()[GPU].pcie_tx_bytes_per_s for _ in range(8)]
+    assert shown[:4] == [0.0] * 4  # carried until the slow read: the 5 s the schedule allows
+    assert shown[4:] == pytest.approx([rate] * 4, rel=1e-6)  # then the pair's rate, read every tick from there
+
+
+def test_a_quiet_gpu_is_read_the_tick_its_clocks_or_power_move(window_world: World) -> None:
+    """No process and no utilization, but the clocks rise (a copy engine at work): read that tick."""
+    world = window_world
+    _until_a_quiet_read(world)
+    reads = world.nvml.field_reads[GPU]
+    world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] == reads  # quiet: carried
+    world.machine.set_activity(GPU, GpuActivity(pcie_rx_bytes_per_s=2e6))  # the simulated card clocks up
+    assert world.machine.mem_clock_mhz(GPU) != 405
+    world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] > reads
+    reads = world.nvml.field_reads[GPU]
+    world.machine.set_activity(GPU, GpuActivity())
+    for _ in range(3):  # quiet again after one read at the idle clocks
+        world.one_tick_with_the_guard()
+    reads = world.nvml.field_reads[GPU]
+    world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] == reads
+    real_power = world.nvml.nvmlDeviceGetPowerUsage
+    world.nvml.nvmlDeviceGetPowerUsage = lambda handle: real_power(handle) + 30_000  # type: ignore[method-assign]
+    world.one_tick_with_the_guard()  # 30 W more, nothing else: read
+    assert world.nvml.field_reads[GPU] > reads
+
+
+def test_a_gpu_without_utilization_readings_is_never_taken_for_quiet(window_world: World) -> None:
+    world = window_world
+    world.nvml.nvmlDeviceGetCurrPcieLinkGeneration = lambda handle: 1  # type: ignore[method-assign]
+    world.machine.faults[(GPU, "nvmlDeviceGetUtilizationRates")] = pynvml.NVML_ERROR_NOT_SUPPORTED
+    world.tick()
+    world.one_tick_with_the_guard()
+    reads = world.nvml.field_reads[GPU]
+    for _ in range(3):
+        world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] - reads >= 3  # read every tick: unknown counts as busy
+
+
+def test_a_quiet_gpu_carries_what_its_tick_showed_not_a_step_thrown_away(window_world: World) -> None:
+    """A burst that ends within a tick on a fast link: that tick's counter step may be aliased and is
+    thrown away for the pair's (or the window's) rate; the quiet ticks after carry what was shown."""
+    world = window_world
+    world.backend._sleep = lambda seconds: None  # the pair brings nothing newer: the window answers
+    world.tick()
+    world.one_tick_with_the_guard()
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=1.0, util_pct=90.0, pcie_tx_bytes_per_s=FAST))
+    world.one_tick_with_the_guard()
+    world.clock.advance(0.5)
+    world.machine.set_activity(GPU, GpuActivity())
+    calmed = world.one_tick_with_the_guard()[GPU]  # half a second of 20 GB/s in its step: the window's 0
+    assert calmed.pcie_tx_bytes_per_s == 0.0
+    reads = world.nvml.field_reads[GPU]
+    shown = [world.one_tick_with_the_guard()[GPU].pcie_tx_bytes_per_s for _ in range(4)]
+    assert shown == [0.0] * 4 and world.nvml.field_reads[GPU] == reads  # quiet, carrying the 0 it showed
+
+
+class SixtyFourBitNvml(FastIdleLinkNvml):
+    """Counters declared 64-bit (as other drivers may): a reset shows as a step faster than any link."""
+
+    jump = 0
+
+    def nvmlDeviceGetFieldValues(self, handle: SimHandle, field_ids: list[int]) -> list[Any]:
+        values = super().nvmlDeviceGetFieldValues(handle, field_ids)
+        _, tx, rx = self.machine.pcie_counters(handle.index)  # the unwrapped totals, at the same instant
+        for value, total in zip(values, (tx, rx), strict=True):
+            value.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            value.value.ullVal = int(total) + self.jump
+        return values
+
+
+def test_a_counter_reset_within_a_pair_gives_the_window_not_a_rate() -> None:
+    """A one-shot's pair on 64-bit counters that restart between its two reads: the window answers."""
+    worlds: list[OneShot] = []
+
+    def reset_during_the_pair(seconds: float) -> None:
+        worlds[0].clock.advance(seconds)
+        nvml = worlds[0].nvml
+        assert isinstance(nvml, SixtyFourBitNvml)
+        nvml.jump = 1 << 40  # 1 TB in 20 ms: a reset (a driver reload), not traffic
+
+    one_shot = OneShot(SixtyFourBitNvml, sleep=reset_during_the_pair)
+    worlds.append(one_shot)
+    try:
+        first = one_shot.tick()
+        assert one_shot.nvml.field_reads[GPU] == 2  # the pair was taken
+        rate = one_shot.machine.gpus[GPU].activity.pcie_tx_bytes_per_s
+        assert first[GPU].pcie_tx_bytes_per_s == _window_rate(rate)  # the window, not 0 nor 55 TB/s
+    finally:
+        one_shot.backend.close()

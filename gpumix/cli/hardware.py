@@ -55,6 +55,10 @@ def is_builtin_rig(sim_file: str) -> bool:
     return sim_file in BUILTIN_RIGS and not Path(sim_file).exists()
 
 
+def _no_wait(seconds: float) -> None:
+    pass
+
+
 def simulated_hardware(
     rig: Rig, clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time
 ) -> Hardware:
@@ -62,5 +66,8 @@ def simulated_hardware(
     from gpumix.sim.nvml import SimNvml
 
     machine = SimMachine(rig, clock=clock)
-    backend = NvmlBackend(nvml=SimNvml(machine), clock=clock, wall_clock=wall_clock)
+    # A PCIe pair waits 20 ms where time runs; a world on a manual clock moves only when ticked: no wait
+    # (its second read is not newer, and the simulated window, which costs nothing, answers)
+    sleep = time.sleep if clock is time.monotonic else _no_wait
+    backend = NvmlBackend(nvml=SimNvml(machine), clock=clock, wall_clock=wall_clock, sleep=sleep)
     return Hardware(backend=backend, source=f"sim:{rig.name}", machine=machine, power_budget_w=rig.power_budget_w)

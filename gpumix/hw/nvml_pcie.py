@@ -81,6 +81,7 @@ class NvmlPcie:
         fallback: list[GpuSample] = []  # no counters: the 20 ms throughput window
         windowed: list[GpuSample] = []  # counters cannot be exact over the tick: a 20 ms pair of reads
         instant: list[GpuSample] = []  # no counter rate this tick (a first reading): instant_first_pcie
+        read: list[GpuSample] = []  # counters read this tick: what they publish, a quiet GPU carries
         for sample in samples:
             if sample.lost:
                 continue
@@ -91,6 +92,7 @@ class NvmlPcie:
             if carried is not None:
                 sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = carried
                 continue
+            read.append(sample)
             self._note_signs(sample)
             rates, window = self._pcie_from_counters(sample, _link_bound(sample, self._infos[sample.index]))
             if rates is None and (sample.index, "pcie_counters") in self.unsupported:
@@ -107,6 +109,17 @@ class NvmlPcie:
             self._pcie_from_throughput(fallback)
         for sample in windowed:
             self._after_window(sample)
+        self._keep_published(read)
+
+    def _keep_published(self, samples: list[GpuSample]) -> None:
+        """The rates each GPU showed this tick (counters, pair or window), for a quiet GPU to carry:
+        never a step the tick threw away as possibly wrapped."""
+        with self._pcie_lock:
+            for sample in samples:
+                counters = self._pcie.get(sample.index)
+                if counters is not None:
+                    tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
+                    counters.last_rates = (tx, rx) if tx is not None and rx is not None else None
 
     def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last counter rates of a GPU that stays quiet, while its last read is younger than
@@ -126,6 +139,7 @@ class NvmlPcie:
                 return None
             if counters.signs_at_read != _signs(sample) or not _same_power(counters.power_at_read_w, sample.power_w):
                 return None
+            counters.carried = True
             return counters.last_rates
 
     def _note_signs(self, sample: GpuSample) -> None:
@@ -141,7 +155,8 @@ class NvmlPcie:
         with self._pcie_lock:  # a GPU whose first read failed (a transient error) has no counters yet
             before = {s.index: self._pcie[s.index].totals() for s in samples if s.index in self._pcie}
         unanswered = [sample for sample in samples if sample.index not in before]
-        self._sleep(PAIR_GAP_S)
+        if before:
+            self._sleep(PAIR_GAP_S)
         for sample in samples:
             if sample.index not in before:
                 continue
@@ -188,7 +203,7 @@ class NvmlPcie:
     ) -> tuple[tuple[float, float] | None, bool]:
         """(rates, window): rate = delta of the (unwrapped) cumulative byte counters / delta of their
         timestamps, or None with window True where the counters may have wrapped unseen since the
-        last tick and the 20 ms window must answer. Also decides how the next interval is watched."""
+        last tick and a 20 ms pair must answer. Also decides how the next interval is watched."""
         counters = self._read_counters(sample.index)
         if counters is None:
             return None, False
@@ -200,8 +215,12 @@ class NvmlPcie:
             rates = counters.rates_since_sample()
             unseen = previous_us is not None and counters.timestamp_us is not None and (
                 counters.could_have_wrapped_unseen((counters.timestamp_us - previous_us) / 1e6))
-            if unseen and counters.windowed and not exact:
-                return None, True  # a busy interval left to the window: its counter step may be aliased
+            # a busy interval, or a quiet GPU's first read after ticks it carried unread (its long step can
+            # alias to a quiet-looking rate, the same way at every slow read): a pair decides, not the step
+            if unseen and (counters.windowed or counters.carried) and not exact:
+                counters.carried = False
+                return None, True
+            counters.carried = False
             moving = may_move_data(sample, rates)
             if moving and unseen:
                 # woke up while unwatched: the counters may have wrapped unseen, so no counter rate this tick

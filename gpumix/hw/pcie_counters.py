@@ -86,7 +86,8 @@ class PcieCounters:
     reset: bool = False  # the counters restarted since the last tick: its rate is unknown
     guarded: bool = False  # the wrap guard keeps these exact (the GPU may be moving data; exact_pcie)
     windowed: bool = False  # busy on a link that wraps within a tick: the next tick takes a 20 ms pair of reads
-    last_rates: tuple[float, float] | None = None  # (tx, rx) bytes/s the counters last gave, carried while quiet
+    last_rates: tuple[float, float] | None = None  # (tx, rx) bytes/s the last read tick published, carried while quiet
+    carried: bool = False  # the last tick carried last_rates unread: the next read's step may hide wraps
     signs_at_read: tuple[int | None, ...] | None = None  # the GPU's link gen and clocks at the tick's last read
     power_at_read_w: float | None = None
 
@@ -119,8 +120,6 @@ class PcieCounters:
             rates = ((self.total_tx - self.sampled_tx) / elapsed_s, (self.total_rx - self.sampled_rx) / elapsed_s)
         if previous is None or self.timestamp_us > previous:
             self.sampled_us, self.sampled_tx, self.sampled_rx = self.timestamp_us, self.total_tx, self.total_rx
-        if rates is not None:
-            self.last_rates = rates
         return rates
 
     def totals(self) -> tuple[int | None, int, int]:
@@ -139,8 +138,7 @@ class PcieCounters:
         if period is not None and elapsed_s > period:
             return None
         self.sampled_us, self.sampled_tx, self.sampled_rx = self.timestamp_us, self.total_tx, self.total_rx
-        self.last_rates = ((self.total_tx - before_tx) / elapsed_s, (self.total_rx - before_rx) / elapsed_s)
-        return self.last_rates
+        return (self.total_tx - before_tx) / elapsed_s, (self.total_rx - before_rx) / elapsed_s
 
     def safe_period_s(self) -> float | None:
         """The longest gap between reads that cannot miss a wrap at the link's rate."""
