@@ -62,4 +62,5 @@ def stop() -> None:
     with _lock:
         if _agent is not None:
             _agent.close()
+            atexit.unregister(_agent.close)  # nothing left to send: nothing keeps the closed agent alive
             _agent = None

@@ -308,5 +308,9 @@ class Agent:
         return self._dp_devices
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Collect every step (the last one too) and send what is queued, then stop the sender."""
+        """Collect every step (the last one too) and send what is queued, then stop the sender, and let go
+        of the frameworks' probes: they hold the model (DDP's reducer holds the process group, which the job
+        then tears down at its own point, not at interpreter exit)."""
         self.sender.close(timeout_s)
+        self.comm_probes.clear()
+        self.phase_probes.clear()

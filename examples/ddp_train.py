@@ -11,6 +11,7 @@ group's backend (default: nccl with CUDA, else gloo).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -84,8 +85,10 @@ def main() -> None:
             json.dump(timing, out)
     # DDP's reducer holds the process group: drop it first, so that the group is torn down here, with every
     # rank still running, not while the interpreter exits (a rank of a two-rank gloo run aborted there once,
-    # "terminate called without an active exception", in about 110 runs on the loaded 2-core CI box)
+    # "terminate called without an active exception", in about 110 runs on the loaded 2-core CI box). The
+    # agent let go of its probes at stop(); its comm hook and the model still refer to each other: collect.
     del ddp, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 

@@ -145,3 +145,33 @@ def test_a_step_waits_for_its_gpu_values_in_order_and_never_too_long() -> None:
         assert late_step and "loss" not in late_step[0] and late_step[0]["samples"] == 8
     finally:
         agent.close(0.1)
+
+
+def test_a_stopped_agent_lets_go_of_what_its_probes_hold(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """watch_ddp's probes hold the DDP model, whose reducer holds the process group: after
+    gpumix.agent.stop() nothing of the agent's may keep them alive (the job tears its group down)."""
+    import gc
+    import weakref
+
+    import gpumix.agent
+
+    class Model:
+        def comm_seconds(self, index: int) -> float | None:
+            return None
+
+        def phases(self) -> dict[str, float | None]:
+            return {}
+
+    model = Model()
+    agent = gpumix.agent.start(job="probes", hub=str(tmp_path / "no-hub.sock"))
+    agent.comm_probes.append(model.comm_seconds)
+    agent.phase_probes.append(model.phases)
+    alive = weakref.ref(model)
+    gpumix.agent.stop()
+    del model
+    gc.collect()
+    assert alive() is None  # though the script still holds its agent (examples/ddp_train.py does)
+    agent_alive = weakref.ref(agent)
+    del agent
+    gc.collect()
+    assert agent_alive() is None  # nor is the stopped agent kept for an exit hook with nothing to send
