@@ -18,7 +18,7 @@ through them; the mean there too cost second restarts the world pays for (docs/p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpumix.model.compute_curve import ComputeCurve
 from gpumix.model.step_model import Basis
@@ -78,6 +78,9 @@ class ExpectedCurve(ComputeCurve):
     compares splits (the joint offer, gpumix/cli/plan_joint.py) on the planner's prediction."""
 
     measure: RankMeasure | None = None
+    # a whole count's prediction, once: the joint search's bisections price the same count thousands of
+    # times, and each prediction builds the plain curve and one tiled curve per open tile
+    known_s: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, m: RankMeasure) -> ExpectedCurve:
@@ -87,4 +90,8 @@ class ExpectedCurve(ComputeCurve):
         assert self.measure is not None
         if samples <= 0 or samples != int(samples):
             return self.measure.compute_curve().time_s(samples)
-        return self.measure.expected_time_s(int(samples))
+        count = int(samples)
+        known = self.known_s.get(count)
+        if known is None:
+            known = self.known_s[count] = self.measure.expected_time_s(count)
+        return known
