@@ -11,7 +11,8 @@ before every wrap cost ~14 reads/s per gen5 GPU, 1.4 % of a core on the H200: it
 
 A quiet GPU (no process, no utilization, no traffic at its last read) is read on the slow schedule
 (`quiet_pcie_interval_s`) and carries its last rates between reads: on an idle H200 the read was 0.78 ms
-of the hub's 1.4 ms a tick to learn that nothing moved. A GPU that wakes is read on its next tick.
+of the hub's 1.4 ms a tick to learn that nothing moved. A GPU that wakes is read on its next tick; a slow
+read whose step could hide wraps takes a pair (a steady stream can alias to a quiet-looking step).
 
 What it may import: pynvml, gpumix.hw."""
 
