@@ -51,8 +51,11 @@ def test_an_agent_s_steps_go_as_frames_and_arrive_in_order(hub_socket: tuple[Hub
     assert wait_until(lambda: hub_step(hub, "frames") == 59, 10)
     stream = next(s for s in hub._intake.table.streams.values() if s.job == "frames")
     assert [step["step"] for step in stream.steps] == list(range(60))
-    assert kinds.count("steps") >= 1 and "step" not in kinds, kinds  # frames only, fewer than the steps
-    assert kinds.count("steps") < 30
+    # frames, fewer than the steps; a send that finds one step queued sends it plain (agent/sender.py), as
+    # the first send can on a loaded box (CI, session 11: ['hello', 'step', 'steps', ...]); per-step
+    # messages would be 60
+    assert kinds.count("steps") >= 1 and kinds.count("step") <= 2, kinds
+    assert kinds.count("steps") + kinds.count("step") < 30
     assert rank_row(hub, "frames")["loss"] == 1.0
 
 
