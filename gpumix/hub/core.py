@@ -105,9 +105,9 @@ class Hub:
 
     def tick_with_rates(self) -> dict[str, Any] | None:
         """On real GPUs, one tick whose PCIe rates come from a 20 ms pair of counter reads (NVML's 20 ms
-        window where the counters cannot), taken on all GPUs at once: a one-shot needs no second reading (issue 13: the 0.5 s between two readings was
-        most of `doctor`'s and `--once`'s wall time). None for a simulated world, which moves only
-        when ticked: the caller takes two readings there."""
+        window where the counters cannot), taken on all GPUs at once: a one-shot needs no second reading
+        (issue 13: the 0.5 s between two readings was most of `doctor`'s and `--once`'s wall time). None
+        for a simulated world, which moves only when ticked: the caller takes two readings there."""
         if self.hardware.machine is not None:
             return None
         self.hardware.backend.instant_first_pcie = True

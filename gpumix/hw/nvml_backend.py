@@ -102,8 +102,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         self._clock = clock
         self._wall_clock = wall_clock
         self._sleep = sleep  # between a pair of PCIe counter reads (tests pass their clock's advance)
-        self._slow_interval_s = slow_interval_s
-        self.quiet_pcie_interval_s = slow_interval_s
+        self._slow_interval_s = slow_interval_s  # also the longest a quiet GPU's PCIe counters go unread
         try:
             self._nvml.nvmlInit()
         except pynvml.NVMLError as error:

@@ -10,7 +10,7 @@ before every wrap cost ~14 reads/s per gen5 GPU, 1.4 % of a core on the H200: it
 `exact_pcie = True` (exact totals, more CPU).
 
 A quiet GPU (no process, no utilization, no traffic at its last read) is read on the slow schedule
-(`quiet_pcie_interval_s`) and carries its last rates between reads: on an idle H200 the read was 0.78 ms
+(the backend's slow interval, 5 s) and carries its last rates between reads: on an idle H200 the read was 0.78 ms
 of the hub's 1.4 ms a tick to learn that nothing moved. A GPU that wakes is read on its next tick; a slow
 read whose step could hide wraps takes a pair (a steady stream can alias to a quiet-looking step).
 
@@ -67,8 +67,8 @@ def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
 
 
 class NvmlPcie:
-    """PCIe readings, a part of NvmlBackend (uses its `_call`, `_clock`, `_sleep`, `_infos`, `_lost`,
-    `unsupported` and the `_pcie*` and `_guard_stop` state it sets up).
+    """PCIe readings, a part of NvmlBackend (uses its `_call`, `_clock`, `_sleep`, `_slow_interval_s`, `_infos`,
+    `_lost`, `unsupported` and the `_pcie*` and `_guard_stop` state it sets up).
 
     `instant_first_pcie`: a tick whose counters give no rate yet (the first reading) takes a 20 ms pair
     of reads instead: a one-shot (`gpumix-top --once`, `gpumix doctor`) then needs one tick, not two
@@ -76,7 +76,6 @@ class NvmlPcie:
 
     instant_first_pcie: bool = False
     exact_pcie: bool = False  # the wrap guard instead of a pair of reads for busy fast links
-    quiet_pcie_interval_s: float = 5.0  # the longest a quiet GPU's counters go unread (NvmlBackend: its slow interval)
 
     def _fill_pcie(self, samples: list[GpuSample]) -> None:
         fallback: list[GpuSample] = []  # no counters: the 20 ms throughput window
@@ -94,7 +93,6 @@ class NvmlPcie:
                 sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = carried
                 continue
             read.append(sample)
-            self._note_signs(sample)
             rates, window = self._pcie_from_counters(sample, _link_bound(sample, self._infos[sample.index]))
             if rates is None and (sample.index, "pcie_counters") in self.unsupported:
                 fallback.append(sample)
@@ -113,18 +111,19 @@ class NvmlPcie:
         self._keep_published(read)
 
     def _keep_published(self, samples: list[GpuSample]) -> None:
-        """The rates each GPU showed this tick (counters, pair or window), for a quiet GPU to carry:
-        never a step the tick threw away as possibly wrapped."""
+        """What each GPU read this tick showed, for `_quiet_rates`: its rates (counters, pair or window;
+        never a step the tick threw away as possibly wrapped), to carry while quiet, and its waking signs."""
         with self._pcie_lock:
             for sample in samples:
                 counters = self._pcie.get(sample.index)
                 if counters is not None:
                     tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
                     counters.last_rates = (tx, rx) if tx is not None and rx is not None else None
+                    counters.signs_at_read, counters.power_at_read_w = _signs(sample), sample.power_w
 
     def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last counter rates of a GPU that stays quiet, while its last read is younger than
-        `quiet_pcie_interval_s`; None: read its counters this tick. Quiet: no process, no utilization,
+        the slow interval; None: read its counters this tick. Quiet: no process, no utilization,
         traffic under MOVING_BYTES_PER_S at the last read, and the signs of a waking GPU as they were
         then (link generation, clocks, power): a copy with no kernel and no process listed (another PID
         namespace) moves at least one of them. What moves none is seen at the next slow read."""
@@ -136,19 +135,12 @@ class NvmlPcie:
                 return None
             if counters.windowed or counters.guarded or max(counters.last_rates) >= MOVING_BYTES_PER_S:
                 return None
-            if self._clock() - counters.read_at_s >= self.quiet_pcie_interval_s:
+            if self._clock() - counters.read_at_s >= self._slow_interval_s:
                 return None
             if counters.signs_at_read != _signs(sample) or not _same_power(counters.power_at_read_w, sample.power_w):
                 return None
             counters.carried = True
             return counters.last_rates
-
-    def _note_signs(self, sample: GpuSample) -> None:
-        """The waking signs at this tick's counter read, for `_quiet_rates` to compare with."""
-        with self._pcie_lock:
-            counters = self._pcie.get(sample.index)
-            if counters is not None:
-                counters.signs_at_read, counters.power_at_read_w = _signs(sample), sample.power_w
 
     def _pcie_from_pairs(self, samples: list[GpuSample]) -> list[GpuSample]:
         """Each GPU's counters read again PAIR_GAP_S after this tick's read; its rate over the pair.
