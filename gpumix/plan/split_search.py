@@ -184,11 +184,12 @@ def _prefer_measured_lattice(
     line allows: the coarsest level whose best split there the curves put within LATTICE_TOLERANCE of
     these counts' slowest compute (these counts where none does). Then the best split of a coarser level
     replaces it only where the prediction puts that split's slowest compute lower by more than
-    LATTICE_TOLERANCE (3 % of compute, less of the step once the wait is added; the wait falls slower than
-    the compute rises, so the step ranks the two alike; coarsest first, each against the split held): a rank measured at one count may pay a tile one point cannot show
-    (plan.padding), so the line's choice can be predicted slower than a coarser split (issue 16); the
-    margin keeps the line's choice where the prediction's edge is within its own doubt (docs/planner.md,
-    session 11). Never a finer level than the line's: where the prediction is the line, nothing moves."""
+    LATTICE_TOLERANCE (3 % of compute, less of the step once the wait is added; the wait falls slower
+    than the compute rises, so the step ranks the two alike; coarsest first, each against the split
+    held): a rank measured at one count may pay a tile one point cannot show (plan.padding), so the
+    line's choice can be predicted slower than a coarser split (issue 16); the margin keeps the line's
+    choice where the prediction's edge is within its own doubt (docs/planner.md, session 11). Never a
+    finer level than the line's: where the prediction is the line, nothing moves."""
     total = sum(counts)
     limit_s = max(c.time_s(n) for c, n in zip(curves, counts, strict=True)) * (1 + LATTICE_TOLERANCE)
     coarser: list[list[int]] = []  # the best split of each level above the one taken, coarsest first
