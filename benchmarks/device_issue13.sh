@@ -18,7 +18,7 @@
 #   PART=s11: a real GPU's reading in the hub by NVML call, idle and busy, session 10's code (its tree in
 #           .whl/tree_before: `bash benchmarks/tree_at.sh 80cb42a .whl/tree_before`) and this one's, in ABBA
 #           order; the pair of counter reads against NVML's 20 ms window under load; the one-shots without a
-#           hub; the dashboard against nvitop at 160x48, idle.
+#           hub; the hub's CPU per tick on the GPU with 0 and 10 ranks; the dashboard against nvitop at 160x48, idle.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -151,6 +151,8 @@ if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow
   reading before busy_before_1; reading after busy_after_1
   [ "${ABBA:-1}" = 1 ] && { reading after busy_after_2; reading before busy_before_2; }
   [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  [ "${HUBTICK:-1}" = 1 ] && step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
+    --tick-seconds 20 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
   [ "${ONESHOTS:-1}" = 1 ] && step 45 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label nohub --out "$WORK/oneshot_nohub.json" \
     --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpustat --json" --cmd "nvitop --once"
   [ "${DASHBOARD:-1}" = 1 ] && step 75 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 2 --cols 160 --rows 48 --label idle-160x48 \
