@@ -4,17 +4,24 @@ The wiring between the planner (gpumix.plan) and the power search (gpumix.power.
 import each other: the job's ranks and their measured splits, each card's power curve (learned where
 the snapshot carries the hub's `power_points`, else the prior: then there is no offer), the machine's
 total budget, and the plan's split with its caps fitted by the same model (split then fit) to beat.
+Both steps add the wait as the proposal's step adds it (plan.prediction.step_wait_s, from the proposal's
+communication model rebuilt from the snapshot and checked against the plan's own figure).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from gpumix.plan.inputs import measures
+from gpumix.advice.probe_results import job_allreduce_floor
+from gpumix.plan.inputs import measured_comm_s, measures
 from gpumix.plan.memory import effective_max_k, micro_batch_cap
 from gpumix.plan.padding import ExpectedCurve, with_possible_stairs
-from gpumix.plan.prediction import hindsight_error
-from gpumix.plan.split_types import PlanRequest
+from gpumix.plan.prediction import comm_model, hindsight_error, step_wait_s
+from gpumix.plan.split_types import PlanRequest, RankMeasure
 from gpumix.plan.stairs import with_stairs
 from gpumix.power.joint import (
     MAX_DP_WORK,
@@ -27,8 +34,10 @@ from gpumix.power.joint import (
 from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
 
 
-def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granularity: int) -> dict[str, Any]:
-    """The joint proposal for this job against the plan's split with fitted caps: offered or why not."""
+def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granularity: int,
+               gradient_bytes: float | None = None) -> dict[str, Any]:
+    """The joint proposal for this job against the plan's split with fitted caps: offered or why not.
+    `gradient_bytes`: as the plan was given it (`--gradient-mb`), else the ranks' reports, as the plan."""
     budget_w = snapshot.get("power_budget_w")
     if isinstance(budget_w, bool) or not isinstance(budget_w, (int, float)) or not 0 < budget_w < 1e7:
         return JointOffer(False, "no power budget declared (gpumix power budget, or the rig's)").to_json()
@@ -38,8 +47,10 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
                                  f" {MAX_UNITS} whole units are (use --granularity)").to_json()
     # the planner's own view of each rank: its stairs learned, the tiles one count leaves open (a split is
     # compared by the time the proposal's step is predicted by), its memory's micro-batch cap
-    request = PlanRequest(global_batch=plan["global_batch"], gradient_bytes=0.0, granularity=max(1, granularity))
-    read = with_possible_stairs(with_stairs(measures(snapshot, job), request), request)
+    found, request = _proposal_inputs(snapshot, job, plan["global_batch"], max(1, granularity), gradient_bytes)
+    if request is None:
+        return JointOffer(False, "the ranks do not report their gradient size: no wait to predict").to_json()
+    read = with_possible_stairs(with_stairs(found, request), request)
     ranks_now = {m.gpu_uuid: m for m in read if m.gpu_uuid}
     planned = {r["gpu_uuid"]: r["samples"] for r in plan["ranks"] if r.get("samples")}
     gpus = gpu_power_from_snapshot(snapshot)
@@ -47,7 +58,11 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     if len(taking) != len(planned):
         return JointOffer(False, "a planned rank has no GPU with power readings").to_json()
     fixed_w = sum(g.cap_w for g in gpus if g.uuid not in planned)
-    comm_s = max((g.comm_s for g in taking), default=0.0)
+    wait_s = _proposal_wait(read, request, [ranks_now[g.uuid] for g in taking])
+    proposed = plan.get("proposed") or {}
+    if not math.isclose(wait_s(proposed.get("compute_s", math.nan)), proposed.get("allreduce_s", math.nan),
+                        rel_tol=1e-9, abs_tol=1e-12):  # the wait rebuilt is not the plan's (inputs it was not given)
+        return JointOffer(False, "the proposal's wait could not be rebuilt from the snapshot: no offer").to_json()
     ranks = []
     for g in taking:
         ranks.append(JointRank(index=g.index, compute=ExpectedCurve.of(ranks_now[g.uuid]), cap_w=g.cap_w, min_w=g.min_w,
@@ -60,10 +75,37 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     if serial is None:
         return JointOffer(False, "the plan's split has no caps under the budget to compare with").to_json()
     error = hindsight_error(list(ranks_now.values()))
-    offer = joint_offer(ranks, plan["global_batch"], granularity, float(budget_w), serial.compute_s + comm_s,
-                        comm_s, error, fixed_w)
-    return {**offer.to_json(), "split_then_fit_step_s": serial.compute_s + comm_s, "budget_w": budget_w,
+    serial_step_s = serial.compute_s + wait_s(serial.compute_s)
+    offer = joint_offer(ranks, plan["global_batch"], granularity, float(budget_w), serial_step_s, wait_s, error,
+                        fixed_w)
+    return {**offer.to_json(), "split_then_fit_step_s": serial_step_s, "budget_w": budget_w,
             "gpu_indices": [g.index for g in taking]}
+
+
+def _proposal_inputs(snapshot: dict[str, Any], job: str, global_batch: int, granularity: int,
+                     gradient_bytes: float | None) -> tuple[list[RankMeasure], PlanRequest | None]:
+    """The ranks and request as `gpumix plan` gives them to the planner (plan.inputs.plan_from_snapshot):
+    the kept all-reduce floor in place of the link prior, the gradient size given or the ranks' median,
+    the wait measured now. The request is None without a gradient size."""
+    found = sorted(measures(snapshot, job), key=lambda m: m.rank)
+    floor = job_allreduce_floor(snapshot, job)
+    if floor is not None and isinstance(floor[0], int | float) and math.isfinite(floor[0]) and 1.0 <= floor[0] <= 1e13:
+        found = [replace(m, link_bytes_per_s=float(floor[0])) for m in found]
+    reported = [r["gradient_bytes"] for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")
+                and r.get("gradient_bytes")]
+    grad = gradient_bytes or (statistics.median(reported) if reported else None)
+    if grad is None:
+        return found, None
+    return found, PlanRequest(global_batch=global_batch, gradient_bytes=grad, granularity=granularity,
+                              measured_comm_s=measured_comm_s(snapshot, job))
+
+
+def _proposal_wait(read: list[RankMeasure], request: PlanRequest,
+                   taking: list[RankMeasure]) -> Callable[[float], float]:
+    """The wait these ranks' step adds at a slowest compute, as the proposal's step is predicted
+    (plan.planner.plan: its communication model over every rank read, the taking ranks' links)."""
+    comm = comm_model(read, request)
+    return lambda compute_s: step_wait_s(comm, taking, compute_s)
 
 
 def _most_samples(measure: Any, request: PlanRequest) -> int:

@@ -21,8 +21,15 @@ def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommM
     taking_part = [(n, m) for n, m in zip(samples, measures, strict=True) if n > 0]
     # where a rank's tile is unknown, what its count costs on average over the tiles left open (plan.padding)
     compute = max((m.expected_time_s(n) for n, m in taking_part), default=0.0)
-    waits = comm.seconds([m.link_bytes_per_s for _, m in taking_part], compute)
-    return Prediction(compute_s=compute, allreduce_s=waits, samples=sum(samples))
+    return Prediction(compute_s=compute, allreduce_s=step_wait_s(comm, [m for _, m in taking_part], compute),
+                      samples=sum(samples))
+
+
+def step_wait_s(comm: CommModel, taking_part: Sequence[RankMeasure], slowest_compute_s: float) -> float:
+    """The wait a step adds past its slowest compute, as every predicted step adds it: the ranks' links
+    and the pipeline at that compute (a shorter compute hides less of the all-reduce). One function for
+    the proposal and the joint offer (gpumix/cli/plan_joint.py), which added a constant before."""
+    return comm.seconds([m.link_bytes_per_s for m in taking_part], slowest_compute_s)
 
 
 def hindsight_error(measures: Sequence[RankMeasure]) -> float | None:

@@ -24,7 +24,7 @@ anything; with caps alone held, 4 of 75 were, each faster in the world (docs/pow
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gpumix.model.compute_curve import ComputeCurve
@@ -155,10 +155,13 @@ def within_evidence(rank: JointRank) -> JointRank | None:
 
 
 def joint_offer(ranks: Sequence[JointRank], global_batch: int, granularity: int, budget_w: float,
-                serial_step_s: float, comm_s: float, error: float | None, fixed_w: float = 0.0) -> JointOffer:
+                serial_step_s: float, comm_s: float | Callable[[float], float], error: float | None,
+                fixed_w: float = 0.0) -> JointOffer:
     """Split and caps together, offered where the model's own evidence says it beats split-then-fit
     (`serial_step_s`, predicted) by more than the curves' error (`error`: None when no re-plan could
-    be checked yet, MIN_OFFER_GAIN then)."""
+    be checked yet, MIN_OFFER_GAIN then). `comm_s`: the wait the step adds past its slowest compute,
+    a constant or a function of that compute (the planner's: a shorter compute hides less of the
+    all-reduce; gpumix plan passes it so that the offer's step is predicted as the proposal's)."""
     bounded = [within_evidence(r) for r in ranks]
     thin = [r.index for r, b in zip(ranks, bounded, strict=True) if b is None]
     if thin:
@@ -167,7 +170,7 @@ def joint_offer(ranks: Sequence[JointRank], global_batch: int, granularity: int,
     proposal = joint_plan([b for b in bounded if b is not None], global_batch, granularity, budget_w, fixed_w)
     if proposal is None:
         return JointOffer(False, "no split within the measured caps fits the budget")
-    step_s = proposal.compute_s + comm_s
+    step_s = proposal.compute_s + (comm_s(proposal.compute_s) if callable(comm_s) else comm_s)
     gain = serial_step_s / step_s - 1 if step_s > 0 else 0.0
     needed = max(MIN_OFFER_GAIN, error or 0.0)
     basis = (f"the curves' own error {error:.1%}" if error is not None and error > MIN_OFFER_GAIN
