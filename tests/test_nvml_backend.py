@@ -16,7 +16,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpumix.hw.nvml_backend import NvmlBackend, decode_clock_event_reasons
+from gpumix.hw.nvml_backend import RARE_READ_INTERVAL_S, NvmlBackend, decode_clock_event_reasons
 from gpumix.hw.nvml_pcie import FIELD_PCIE_RX_BYTES, FIELD_PCIE_TX_BYTES
 from gpumix.hw.nvml_topology import P2P_INDEX_READ, P2P_INDEX_WRITE
 from gpumix.hw.types import GpuSample, NoDriverError
@@ -716,30 +716,30 @@ def test_p2p_missing_from_an_old_binding_gives_none() -> None:
 # -- slow readings --------------------------------------------------------------------------
 
 
-def test_slow_readings_read_once_per_interval_and_after_forget(rig: Rig) -> None:
+def test_slow_readings_follow_the_enforced_limit_and_the_rare_schedule(rig: Rig) -> None:
+    """The power-management limit and the replay counter (0.35-0.5 ms each on an H200) are read at the first
+    tick, the tick the enforced limit moves, after forget_slow_readings, and every RARE_READ_INTERVAL_S."""
+    limit, replays = "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetPcieReplayCounter"
     assert rig.sample(0.0)[RTX3090].power_cap_w == 350.0
     for _ in range(3):
         rig.sample(1.0)  # t = 3 s
-    assert rig.calls(RTX3090, "nvmlDeviceGetPowerManagementLimit") == 1
-    assert rig.calls(RTX3090, "nvmlDeviceGetPcieReplayCounter") == 1
+    assert rig.calls(RTX3090, limit) == 1 and rig.calls(RTX3090, replays) == 1
     assert rig.calls(RTX3090, "nvmlDeviceGetEnforcedPowerLimit") == 4  # the cheap one, every tick
-    rig.machine.set_power_cap_w(RTX3090, 250.0)
+    rig.machine.set_power_cap_w(RTX3090, 250.0)  # another tool sets a cap: the enforced limit moves
     sample = rig.sample(1.0)[RTX3090]  # t = 4 s
-    assert sample.power_cap_enforced_w == 250.0
-    assert sample.power_cap_w == 350.0  # not re-read yet
-    assert rig.calls(RTX3090, "nvmlDeviceGetPowerManagementLimit") == 1
-    rig.backend.forget_slow_readings(RTX3090)
-    sample = rig.sample(0.5)[RTX3090]  # t = 4.5 s
-    assert sample.power_cap_w == 250.0
-    assert rig.calls(RTX3090, "nvmlDeviceGetPowerManagementLimit") == 2
-    assert rig.calls(RTX4090, "nvmlDeviceGetPowerManagementLimit") == 1  # only that GPU forgot
-    rig.sample(0.5)  # t = 5 s: the interval is up for GPU 7, read at 0 s
-    assert rig.calls(RTX4090, "nvmlDeviceGetPowerManagementLimit") == 2
-    assert rig.calls(RTX3090, "nvmlDeviceGetPowerManagementLimit") == 2  # read at 4.5 s
-    rig.sample(4.0)  # t = 9 s
-    assert rig.calls(RTX3090, "nvmlDeviceGetPowerManagementLimit") == 2
-    rig.sample(0.5)  # t = 9.5 s
-    assert rig.calls(RTX3090, "nvmlDeviceGetPowerManagementLimit") == 3
+    assert sample.power_cap_enforced_w == 250.0 and sample.power_cap_w == 250.0  # read the same tick
+    assert rig.calls(RTX3090, limit) == 2 and rig.calls(RTX3090, replays) == 2
+    assert rig.calls(RTX4090, limit) == 1  # only that GPU's limit moved
+    rig.sample(1.0)  # t = 5 s: the enforced limit stands, nothing read
+    assert rig.calls(RTX3090, limit) == 2
+    rig.backend.forget_slow_readings(RTX4090)
+    rig.sample(0.5)  # t = 5.5 s
+    assert rig.calls(RTX4090, limit) == 2 and rig.calls(RTX3090, limit) == 2
+    rig.sample(RARE_READ_INTERVAL_S - 2.0)  # t = 33.5 s: 29.5 s after GPU 3's read
+    assert rig.calls(RTX3090, limit) == 2
+    rig.sample(0.5)  # t = 34 s: its rare interval is up, though nothing moved
+    assert rig.calls(RTX3090, limit) == 3 and rig.calls(RTX3090, replays) == 3
+    assert rig.calls(RTX4090, limit) == 2  # read at 5.5 s
 
 
 def test_slow_reading_values_between_reads(rig: Rig) -> None:
@@ -882,7 +882,7 @@ def test_close_shuts_nvml_down(rig: Rig) -> None:
     assert not rig.nvml.initialized
 
 
-def test_the_link_width_is_asked_when_the_generation_changes_and_on_the_slow_schedule() -> None:
+def test_the_link_width_is_asked_when_the_generation_changes_and_on_the_rare_schedule() -> None:
     """nvmlDeviceGetCurrPcieLinkWidth costs ~0.1 ms in an H200's tick (issue 13): not every tick."""
     made = make_rig(synthetic_job=False)  # idle: GeForce links rest at gen1
     width = "nvmlDeviceGetCurrPcieLinkWidth"
@@ -898,7 +898,9 @@ def test_the_link_width_is_asked_when_the_generation_changes_and_on_the_slow_sch
         assert busy.pcie_link_gen_current > 1 and made.calls(0, width) == 2
         made.sample()
         assert made.calls(0, width) == 2
-        made.sample(advance_s=5.0)  # the slow schedule: asked again though nothing changed
+        made.sample(advance_s=RARE_READ_INTERVAL_S - 2.0)  # 29 s after the retrain's read
+        assert made.calls(0, width) == 2
+        made.sample()  # 30 s: the rare schedule asks again though nothing changed
         assert made.calls(0, width) == 3
     finally:
         made.backend.close()

@@ -38,7 +38,7 @@ class OldBackend(NvmlBackend):
         sample.power_w = power_mw / 1000 if power_mw is not None else None
         enforced_mw = call(index, "nvmlDeviceGetEnforcedPowerLimit")
         sample.power_cap_enforced_w = enforced_mw / 1000 if enforced_mw is not None else None
-        sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index)
+        sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index, enforced_mw)
         sample.temperature_c = call(index, "nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
         sample.fan_pct = call(index, "nvmlDeviceGetFanSpeed")
         sample.clock_sm_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM)
@@ -49,10 +49,10 @@ class OldBackend(NvmlBackend):
         sample.clock_event_reasons = decode_clock_event_reasons(reasons) if reasons is not None else None
         sample.pcie_link_gen_current = call(index, "nvmlDeviceGetCurrPcieLinkGeneration")
         processes = call(index, "nvmlDeviceGetComputeRunningProcesses") or []
-        # session 11: the width is asked when the generation changes or on the slow schedule, after the processes
+        # session 11: the width is asked when the generation changes or on the rare schedule, after the processes
         widths = self.__dict__.setdefault("_reference_widths", {})
         known, now = widths.get(index), self._clock()
-        if known is None or known[0] != sample.pcie_link_gen_current or now - known[2] >= self._slow_interval_s:
+        if known is None or known[0] != sample.pcie_link_gen_current or now - known[2] >= self._rare_interval_s:
             known = widths[index] = (sample.pcie_link_gen_current, call(index, "nvmlDeviceGetCurrPcieLinkWidth"), now)
         sample.pcie_link_width_current = known[1]
         sample.processes = [GpuProcess(pid=int(p.pid), gpu_mem_bytes=p.usedGpuMemory) for p in processes]
