@@ -97,10 +97,10 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
     snapshot = source.snapshot()
     if snapshot is None:
         fail(PROG, "no hub answers: start one (`gpumix hub`, or gpumix-top) or use --demo")
+    gradient_bytes = args.gradient_mb * 1e6 if args.gradient_mb else None
     try:
         exclude = excluded_ranks(snapshot, args.job, args.exclude, args.exclude_tier)
-        job, plan = plan_from_snapshot(snapshot, args.job, args.global_batch,
-                                       args.gradient_mb * 1e6 if args.gradient_mb else None, args.granularity, exclude,
+        job, plan = plan_from_snapshot(snapshot, args.job, args.global_batch, gradient_bytes, args.granularity, exclude,
                                        allreduce_floor=job_allreduce_floor(snapshot, pick_job(snapshot, args.job)))
     except (PlanInputError, ValueError) as error:
         fail(PROG, str(error), code=1)
@@ -123,7 +123,7 @@ def run_plan_command(args: argparse.Namespace, source: Any) -> int:
         from gpumix.cli.plan_joint import joint_json
 
         granularity = args.granularity or ((snapshot.get("jobs") or {}).get(job) or {}).get("granularity") or 1
-        joint = joint_json(snapshot, job, data, int(granularity))  # split and caps together: offered or why not
+        joint = joint_json(snapshot, job, data, int(granularity), gradient_bytes)  # split and caps together, or why not
         print(json.dumps({**data, "power": power, "joint": joint, "applied": reply}, indent=1))
     else:
         print(plan_text(job, data))
