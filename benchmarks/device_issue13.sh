@@ -19,6 +19,9 @@
 #           .whl/tree_before: `bash benchmarks/tree_at.sh 80cb42a .whl/tree_before`) and this one's, in ABBA
 #           order; the pair of counter reads against NVML's 20 ms window under load; the one-shots without a
 #           hub; the hub's CPU per tick on the GPU with 0 and 10 ranks; the dashboard against nvitop at 160x48, idle.
+#   PART=s12: each NVML getter's process CPU asked once a second against back to back, idle and busy
+#           (benchmarks/nvml_call_costs.py); the GPU's reading with session 11's tree (.whl/tree_s11) and this
+#           one's in ABBA order over 30 ticks (the rare readings are every 30 s); the hub's CPU per tick.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -157,6 +160,28 @@ if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow
     --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpustat --json" --cmd "nvitop --once"
   [ "${DASHBOARD:-1}" = 1 ] && step 75 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 2 --cols 160 --rows 48 --label idle-160x48 \
     --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+fi
+
+if [ "$PART" = s12 ]; then  # session 12: each NVML getter's cost once a second; the rare readings, before and after
+  step 60 "NVML calls once a second and back to back, idle" $PY "$REPO/benchmarks/nvml_call_costs.py" --rounds 25 --label idle \
+    --out "$WORK/nvml_call_costs_idle.json"
+  COST=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks "${TICKS:-30}" --by-call $SRC)
+  reading() {  # TREE LABEL: session 11's tree (.whl/tree_s11: `bash benchmarks/tree_at.sh 5781faf .whl/tree_s11`) or this one
+    if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_s11:$SITE step 60 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
+    else step 60 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
+  }
+  reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
+  if [ "$DRY" != 1 ]; then
+    $PY $REPO/benchmarks/gpu_load.py --seconds 240 >"$WORK/gpu_load.log" 2>&1 &
+    LOAD=$!
+    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
+    step 60 "NVML calls once a second and back to back, busy" $PY "$REPO/benchmarks/nvml_call_costs.py" --rounds 25 --label busy \
+      --out "$WORK/nvml_call_costs_busy.json"
+  fi
+  reading before busy_before_1; reading after busy_after_1; reading after busy_after_2; reading before busy_before_2
+  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  [ "${HUBTICK:-1}" = 1 ] && step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
+    --tick-seconds 20 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
 fi
 
 if [ "$PART" = rss ]; then
