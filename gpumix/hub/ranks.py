@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from gpumix.hub.step_window import skipped_share, window_median
+from gpumix.hub.step_window import skipped_share, window_median, window_median_spread
 from gpumix.wire.jobs import job_label, ranks_by_job
 from gpumix.wire.protocol import ProtocolError, integer, number, text
 from gpumix.wire.send_period import MAX_PERIOD_S, MIN_PERIOD_S
@@ -206,6 +206,12 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
     compute = None
     if step_time is not None:
         compute = max(0.0, step_time - (comm or 0.0) - (data_wait or 0.0))
+    # the spread of each step's own compute (its time less its waits where sent, at least 0). compute_s
+    # stays the medians' difference: the median of these per-step computes lost gain share in the
+    # planner's sets (docs/hub.md, session 12), as the planner reads no spread yet
+    _, compute_spread = window_median_spread([
+        part if (part := s["step_time_s"] - (s["comm_s"] or 0.0) - (s["data_wait_s"] or 0.0)) > 0.0 else 0.0
+        for s in recent if s["step_time_s"]])
     try:
         last_fields = dict(zip(RANK_LAST_STEP_FIELDS, _last_step_fields(last), strict=True))
     except KeyError:
@@ -228,6 +234,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
         **last_fields,
         "step_time_s": step_time,
         "compute_s": compute,
+        "compute_spread_s": compute_spread,  # the steps' own computes' interquartile range (step_window)
         "samples_per_s": samples / step_time if samples is not None and step_time else None,
         "tokens_per_s": tokens / step_time if tokens is not None and step_time else None,
         # shares of the step, at most all of it (a framework's timers and our wall clock differ a little)
@@ -259,7 +266,8 @@ def operating_point(stream: RankStream, now_s: float) -> dict[str, Any] | None:
     summary = rank_summary(stream)
     if not summary["samples"] or not summary["compute_s"]:
         return None
-    return {"samples": summary["samples"], "compute_s": summary["compute_s"], "micro_batch": summary["micro_batch"],
+    return {"samples": summary["samples"], "compute_s": summary["compute_s"],
+            "compute_spread_s": summary["compute_spread_s"], "micro_batch": summary["micro_batch"],
             "mem_peak_bytes": summary["mem_peak_bytes"], "t": now_s}
 
 

@@ -124,6 +124,7 @@ class OperatingPoint(TypedDict):
 
     samples: float
     compute_s: float
+    compute_spread_s: NotRequired[float | None]  # as the rank row's (hubs before session 12: absent)
     micro_batch: float | None
     mem_peak_bytes: float | None
     age_s: float
@@ -151,7 +152,9 @@ class RankRow(TypedDict):
     send_period_s: NotRequired[float | None]  # how often its agent sends steps (older agents: null)
     step: int | None
     step_time_s: float | None
-    compute_s: float | None
+    compute_s: float | None  # median step_time_s - median comm_s - median data_wait_s (at least 0)
+    # the interquartile range of each step's step_time_s - comm_s - data_wait_s (hubs before session 12: absent)
+    compute_spread_s: NotRequired[float | None]
     samples_per_s: float | None
     tokens_per_s: float | None
     comm_share: float | None
