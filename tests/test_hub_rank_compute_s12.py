@@ -51,10 +51,13 @@ def test_the_spread_by_hand_over_the_last_window_only() -> None:
     assert row["compute_s"] == pytest.approx(0.55)
 
 
-def test_steady_steps_and_a_single_step_have_no_spread_and_no_steps_have_none() -> None:
+def test_steady_steps_have_no_spread_and_under_four_steps_it_is_unknown() -> None:
     row = rank_summary(stream_of([{"step_time_s": 0.4, "comm_s": 0.1, "data_wait_s": 0.05}] * 12))
     assert row["compute_s"] == pytest.approx(0.25) and row["compute_spread_s"] == 0.0
-    assert rank_summary(stream_of([{"step_time_s": 0.4, "data_wait_s": 0.1}]))["compute_spread_s"] == 0.0
+    spread = [0.1, 0.5, 0.2, 0.9]  # quartiles at 0.75 (0.175) and 2.25 (0.6): 0.425 from four steps
+    assert rank_summary(stream_of([{"step_time_s": t} for t in spread]))["compute_spread_s"] == pytest.approx(0.425)
+    assert rank_summary(stream_of([{"step_time_s": t} for t in spread[:3]]))["compute_spread_s"] is None
+    assert rank_summary(stream_of([{"step_time_s": 0.4, "data_wait_s": 0.1}]))["compute_spread_s"] is None
     empty = rank_summary(stream_of([]))
     assert empty["compute_s"] is None and "compute_spread_s" in empty and empty["compute_spread_s"] is None
 
@@ -77,7 +80,7 @@ def test_waits_longer_than_the_step_clip_that_step_at_zero() -> None:
     not -2 s (unclipped, five of -2 s and five of 1 s would spread 3 s)."""
     messages = [{"step_time_s": 1.0, "comm_s": 3.0}, {"step_time_s": 1.0, "comm_s": 0.0}] * 5
     assert rank_summary(stream_of(messages))["compute_spread_s"] == pytest.approx(1.0)
-    assert rank_summary(stream_of([{"step_time_s": 1.0, "comm_s": 3.0}] * 3))["compute_spread_s"] == 0.0
+    assert rank_summary(stream_of([{"step_time_s": 1.0, "comm_s": 3.0}] * 4))["compute_spread_s"] == 0.0
 
 
 def test_hostile_waits_never_reach_the_window_and_a_dropped_one_reads_as_not_sent() -> None:
@@ -104,8 +107,8 @@ def _plain_spread(steps: list[dict[str, Any]]) -> float | None:
     """The reference: the last window's per-step computes through statistics.quantiles."""
     computes = [max(0.0, s["step_time_s"] - (s["comm_s"] or 0.0) - (s["data_wait_s"] or 0.0))
                 for s in steps[-MEDIAN_WINDOW:] if s["step_time_s"]]
-    if len(computes) < 2:
-        return 0.0 if computes else None
+    if len(computes) < 4:
+        return None
     quartiles = statistics.quantiles(computes, n=4, method="inclusive")
     return quartiles[2] - quartiles[0]
 

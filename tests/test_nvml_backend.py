@@ -716,30 +716,83 @@ def test_p2p_missing_from_an_old_binding_gives_none() -> None:
 # -- slow readings --------------------------------------------------------------------------
 
 
+LIMIT, REPLAYS, ENFORCED = ("nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetPcieReplayCounter",
+                             "nvmlDeviceGetEnforcedPowerLimit")
+
+
 def test_slow_readings_follow_the_enforced_limit_and_the_rare_schedule(rig: Rig) -> None:
-    """The power-management limit and the replay counter (0.35-0.5 ms each on an H200) are read at the first
-    tick, the tick the enforced limit moves, after forget_slow_readings, and every RARE_READ_INTERVAL_S."""
-    limit, replays = "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetPcieReplayCounter"
+    """The power-management limit and the replay counter (0.3-0.55 ms each on a Hopper) are read at the first
+    tick, after forget_slow_readings, every RARE_READ_INTERVAL_S, and when the enforced limit moves (at most
+    once a slow interval, 5 s here)."""
     assert rig.sample(0.0)[RTX3090].power_cap_w == 350.0
     for _ in range(3):
         rig.sample(1.0)  # t = 3 s
-    assert rig.calls(RTX3090, limit) == 1 and rig.calls(RTX3090, replays) == 1
-    assert rig.calls(RTX3090, "nvmlDeviceGetEnforcedPowerLimit") == 4  # the cheap one, every tick
+    assert rig.calls(RTX3090, LIMIT) == 1 and rig.calls(RTX3090, REPLAYS) == 1
+    assert rig.calls(RTX3090, ENFORCED) == 4  # the cheap one, every tick
     rig.machine.set_power_cap_w(RTX3090, 250.0)  # another tool sets a cap: the enforced limit moves
-    sample = rig.sample(1.0)[RTX3090]  # t = 4 s
-    assert sample.power_cap_enforced_w == 250.0 and sample.power_cap_w == 250.0  # read the same tick
-    assert rig.calls(RTX3090, limit) == 2 and rig.calls(RTX3090, replays) == 2
-    assert rig.calls(RTX4090, limit) == 1  # only that GPU's limit moved
-    rig.sample(1.0)  # t = 5 s: the enforced limit stands, nothing read
-    assert rig.calls(RTX3090, limit) == 2
+    sample = rig.sample(1.0)[RTX3090]  # t = 4 s: within 5 s of the last read
+    assert sample.power_cap_enforced_w == 250.0 and sample.power_cap_w == 350.0
+    sample = rig.sample(1.0)[RTX3090]  # t = 5 s
+    assert sample.power_cap_w == 250.0
+    assert rig.calls(RTX3090, LIMIT) == 2 and rig.calls(RTX3090, REPLAYS) == 2
+    assert rig.calls(RTX4090, LIMIT) == 1  # only that GPU's limit moved
+    rig.sample(1.0)  # t = 6 s: the enforced limit stands, nothing read
+    assert rig.calls(RTX3090, LIMIT) == 2
     rig.backend.forget_slow_readings(RTX4090)
-    rig.sample(0.5)  # t = 5.5 s
-    assert rig.calls(RTX4090, limit) == 2 and rig.calls(RTX3090, limit) == 2
-    rig.sample(RARE_READ_INTERVAL_S - 2.0)  # t = 33.5 s: 29.5 s after GPU 3's read
-    assert rig.calls(RTX3090, limit) == 2
-    rig.sample(0.5)  # t = 34 s: its rare interval is up, though nothing moved
-    assert rig.calls(RTX3090, limit) == 3 and rig.calls(RTX3090, replays) == 3
-    assert rig.calls(RTX4090, limit) == 2  # read at 5.5 s
+    rig.sample(0.5)  # t = 6.5 s
+    assert rig.calls(RTX4090, LIMIT) == 2 and rig.calls(RTX3090, LIMIT) == 2
+    rig.sample(RARE_READ_INTERVAL_S - 2.0)  # t = 34.5 s: 29.5 s after GPU 3's read
+    assert rig.calls(RTX3090, LIMIT) == 2
+    rig.sample(0.5)  # t = 35 s: its rare interval is up, though nothing moved
+    assert rig.calls(RTX3090, LIMIT) == 3 and rig.calls(RTX3090, REPLAYS) == 3
+    assert rig.calls(RTX4090, LIMIT) == 2  # read at 6.5 s
+
+
+class WanderingEnforcedNvml(CountingNvml):
+    """A board whose enforced limit moves by itself every tick (platform power steering), cap unchanged."""
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimHandle) -> int:
+        return super().nvmlDeviceGetEnforcedPowerLimit(handle) - 1000 * (self.calls[(handle.index, ENFORCED)] % 2)
+
+
+def test_an_enforced_limit_that_wanders_brings_the_slow_readings_once_a_slow_interval() -> None:
+    made = make_rig(WanderingEnforcedNvml)
+    try:
+        made.sample(0.0)
+        for _ in range(30):
+            made.sample(1.0)  # t = 30 s: the enforced limit moved every tick
+        assert made.calls(RTX3090, LIMIT) == 1 + 6  # the first tick's, then one each 5 s (not 30)
+    finally:
+        made.backend.close()
+
+
+def test_a_slow_reading_that_failed_for_now_is_asked_again_after_the_slow_interval() -> None:
+    made = make_rig(faults={(RTX3090, LIMIT): pynvml.NVML_ERROR_UNKNOWN})  # transient: asked again
+    try:
+        assert made.sample(0.0)[RTX3090].power_cap_w is None
+        del made.machine.faults[(RTX3090, LIMIT)]
+        for _ in range(4):
+            assert made.sample(1.0)[RTX3090].power_cap_w is None  # t = 4 s
+        assert made.sample(1.0)[RTX3090].power_cap_w == 350.0  # t = 5 s, not 30 s
+        assert made.calls(RTX3090, LIMIT) == 2
+        for _ in range(20):
+            made.sample(1.0)  # t = 25 s: read, now on the rare schedule
+        assert made.calls(RTX3090, LIMIT) == 2
+    finally:
+        made.backend.close()
+
+
+def test_an_enforced_limit_that_never_reads_leaves_the_slow_readings_on_the_rare_schedule() -> None:
+    made = make_rig(faults={(RTX3090, ENFORCED): pynvml.NVML_ERROR_UNKNOWN})
+    try:
+        for _ in range(int(RARE_READ_INTERVAL_S)):
+            sample = made.sample(1.0)[RTX3090]  # t = 1 ... 30 s
+            assert sample.power_cap_enforced_w is None and sample.power_cap_w == 350.0
+        assert made.calls(RTX3090, LIMIT) == 1  # at 1 s: a None that stays None is no move
+        made.sample(1.0)  # t = 31 s: the rare schedule
+        assert made.calls(RTX3090, LIMIT) == 2
+    finally:
+        made.backend.close()
 
 
 def test_slow_reading_values_between_reads(rig: Rig) -> None:

@@ -119,3 +119,26 @@ def test_a_gradient_size_given_to_the_plan_never_leaves_the_offer_on_another_wai
     joint = data["joint"]
     assert joint["split_then_fit_step_s"] is not None, joint["why"]
     assert math.isclose(joint["split_then_fit_step_s"], data["proposed"]["step_time_s"], rel_tol=1e-9)
+
+
+def test_the_offer_s_wait_is_taken_at_its_own_compute_where_the_wait_still_moves(demo_hardware: Any) -> None:
+    # A batch of 96: the offer's slowest compute falls under 0.23 s, where a shorter compute hides less of
+    # the first bucket, so the wait at the offer's compute differs from the wait at split then fit's.
+    data = plan_json(snapshot(demo_hardware, room_w=360.0), "--global-batch", "96")
+    joint = data["joint"]
+    assert joint["samples"] == [64, 32] and joint["caps_w"] == [153, 207]
+    # By hand: the 3060 at 153 W, between 120 W (0.1785 s) and 170 W (0.17 s), 64 samples; the 3090 at
+    # 207 W, between 200 W (0.352 s) and 350 W (0.22 s), 32 samples.
+    compute_s = max(0.1785 - 0.0085 * 33 / 50, (0.352 - 0.132 * 7 / 150) * 32 / 64)
+    assert math.isclose(compute_s, 0.17292, rel_tol=1e-6) and compute_s < 0.23
+    assert wait_by_hand_s(compute_s) > wait_by_hand_s(0.23)  # the wait still moves here
+    assert math.isclose(joint["predicted_step_s"], compute_s + wait_by_hand_s(compute_s), rel_tol=1e-9)
+
+
+def test_no_offer_while_a_gpu_s_cap_does_not_read(demo_hardware: Any) -> None:
+    # a card outside the job whose cap did not read would be left out of the budget's sum (0 W)
+    snap = snapshot(demo_hardware, room_w=360.0)
+    snap["gpus"][5]["power_cap_w"] = None
+    joint = plan_json(snap)["joint"]
+    assert joint["offered"] is False and joint["why"].startswith("GPU 5's power cap could not be read")
+    assert joint["samples"] is None

@@ -421,3 +421,15 @@ def test_a_claimed_user_is_bounded(hub: Hub) -> None:
     assert reply["ok"]
     line = audit_lines()[0]
     assert line["user"] == "uid 4242" and line["claimed_user"] == "x" * 64
+
+
+def test_a_fit_is_refused_while_a_gpu_s_cap_does_not_read(hub: Hub, machine: SimMachine, nvml: CountingNvml) -> None:
+    """A GPU whose cap did not read is out of the fit's sum: caps fitted to the other nine could draw past
+    the budget with it, so the fit says why and changes nothing."""
+    snapshot = hub.snapshot()
+    snapshot["gpus"][4]["power_cap_w"] = None  # its power-management limit read failed this time
+    reply = power_control(hub.power, snapshot, {"action": "fit"}, 2800)
+    assert not reply["ok"] and reply["message"].startswith("GPU 4's power cap could not be read")
+    snapshot["gpus"][4]["lost"] = True  # a GPU off the bus is not asked for
+    assert power_control(hub.power, snapshot, {"action": "fit", "dry_run": True}, 2800)["ok"]
+    assert_unchanged(machine, nvml)

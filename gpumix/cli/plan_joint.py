@@ -31,7 +31,7 @@ from gpumix.power.joint import (
     joint_offer,
     joint_plan,
 )
-from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot, unread_cap
 
 
 def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granularity: int,
@@ -53,6 +53,9 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
     read = with_possible_stairs(with_stairs(found, request), request)
     ranks_now = {m.gpu_uuid: m for m in read if m.gpu_uuid}
     planned = {r["gpu_uuid"]: r["samples"] for r in plan["ranks"] if r.get("samples")}
+    unread = unread_cap(snapshot)
+    if unread is not None:
+        return JointOffer(False, unread).to_json()
     gpus = gpu_power_from_snapshot(snapshot)
     taking = [g for g in gpus if g.uuid in planned and g.uuid in ranks_now]
     if len(taking) != len(planned):

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpumix.power.budget import BudgetError
 from gpumix.power.caps import AuditUser, PowerChange, PowerController, PowerError, check_cap
-from gpumix.power.snapshot_inputs import gpu_power_from_snapshot
+from gpumix.power.snapshot_inputs import gpu_power_from_snapshot, unread_cap
 from gpumix.power.supplies import fit_for_snapshot
 
 POWER_ACTIONS = {"set", "reset", "fit", "caps"}
@@ -36,6 +36,9 @@ def power_control(controller: PowerController, snapshot: dict[str, Any] | None, 
             budget = request.get("budget_w") or budget_w
             if budget is not None and (not isinstance(budget, int | float) or isinstance(budget, bool)):
                 raise PowerError("fit needs a power budget in watts")
+            unread = unread_cap(snapshot)
+            if unread is not None:
+                raise PowerError(unread)
             # every budget the machine declares: supplies, circuits (headroom for transients) and the total
             fit = fit_for_snapshot(gpu_power_from_snapshot(snapshot), snapshot, budget, request.get("headroom"))
             changes = []

@@ -134,6 +134,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         self._slow_read_at: dict[int, float] = {}
         self._slow_values: dict[int, tuple[float | None, int | None]] = {}
         self._slow_read_enforced_mw: dict[int, int | None] = {}  # the enforced limit when they were read
+        self._slow_due_at: dict[int, float] = {}  # when they are read next, whatever moves
         self._link_widths: dict[int, tuple[int | None, int | None, float]] = {}  # gpu -> (gen, width, read at)
         self._energy_j: dict[int, float] = {}
         self._last_sample_at: dict[int, float] = {}
@@ -276,18 +277,24 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         return values
 
     def _slow_readings(self, index: int, enforced_mw: int | None) -> tuple[float | None, int | None]:
-        """Power-management limit and replay counter, 0.35-0.5 ms each in an H200's tick: read when the
-        enforced limit (6 µs, every tick) moves, since a new cap moves it, and otherwise on the rare schedule
-        (a cap set past a lower enforced constraint, and the replay counter, a link-health count)."""
+        """Power-management limit and replay counter, 0.3-0.55 ms each in a Hopper's tick: read on the rare
+        schedule (a cap set past a lower enforced constraint; the replay counter, a link-health count) and
+        when the enforced limit (6 µs, every tick) moves, as a new cap moves it, at most once a slow interval
+        (an enforced limit that wanders by itself must not bring them back every tick). A read that failed
+        for now (not unsupported) is asked again after the slow interval, not the rare one."""
         now = self._clock()
         read_at = self._slow_read_at.get(index)
-        if (read_at is None or now - read_at >= self._rare_interval_s
-                or enforced_mw != self._slow_read_enforced_mw.get(index)):
+        if read_at is None or now >= self._slow_due_at[index] or (
+                enforced_mw != self._slow_read_enforced_mw[index] and now - read_at >= self._slow_interval_s):
             limit_mw = self._call(index, "nvmlDeviceGetPowerManagementLimit")
             replays = self._call(index, "nvmlDeviceGetPcieReplayCounter")
             self._slow_values[index] = (limit_mw / 1000 if limit_mw is not None else None, replays)
             self._slow_read_at[index] = now
             self._slow_read_enforced_mw[index] = enforced_mw
+            failed_for_now = any(value is None and (index, name) not in self.unsupported and index not in self._lost
+                                 for value, name in ((limit_mw, "nvmlDeviceGetPowerManagementLimit"),
+                                                     (replays, "nvmlDeviceGetPcieReplayCounter")))
+            self._slow_due_at[index] = now + (self._slow_interval_s if failed_for_now else self._rare_interval_s)
         return self._slow_values[index]
 
     def _link_width(self, index: int, gen: int | None) -> int | None:

@@ -10,6 +10,17 @@ from typing import Any
 from gpumix.power.budget import MAX_POWER_POINTS, GpuPower, same_cap
 
 
+def unread_cap(snapshot: dict[str, Any]) -> str | None:
+    """Why no fit can be held to a budget now, or None: a GPU on the bus whose cap did not read (a failed
+    or unsupported NVML call) would be left out of the sum (gpu_power_from_snapshot skips it), and the
+    caps fitted to the rest could then draw past the budget with it."""
+    for gpu in snapshot.get("gpus") or []:
+        if not gpu.get("lost") and gpu.get("power_cap_w") is None:
+            return (f"GPU {gpu.get('index')}'s power cap could not be read: no fit against the budget now"
+                    " (readings come again within seconds)")
+    return None
+
+
 def gpu_power_from_snapshot(snapshot: dict[str, Any]) -> list[GpuPower]:
     """The fit's input from a hub snapshot (caps, ranges, and the ranks' compute times). Where the hub
     adds `power_points` (uuid -> compute at each cap seen, gpumix.hub.cap_samples), each card's power

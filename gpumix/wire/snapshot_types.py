@@ -153,7 +153,8 @@ class RankRow(TypedDict):
     step: int | None
     step_time_s: float | None
     compute_s: float | None  # median step_time_s - median comm_s - median data_wait_s (at least 0)
-    # the interquartile range of each step's step_time_s - comm_s - data_wait_s (hubs before session 12: absent)
+    # the interquartile range of each step's step_time_s - comm_s - data_wait_s, None under 4 steps
+    # (hubs before session 12: absent)
     compute_spread_s: NotRequired[float | None]
     samples_per_s: float | None
     tokens_per_s: float | None
