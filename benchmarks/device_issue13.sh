@@ -22,6 +22,7 @@
 #   PART=s12: each NVML getter's process CPU asked once a second against back to back, idle and busy
 #           (benchmarks/nvml_call_costs.py); the GPU's reading with session 11's tree (.whl/tree_s11) and this
 #           one's in ABBA order over 30 ticks (the rare readings are every 30 s); the hub's CPU per tick.
+#   PART=s12busy: the dashboard against nvitop at 160x48 with the GPU busy (3 alternated rounds).
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -182,6 +183,17 @@ if [ "$PART" = s12 ]; then  # session 12: each NVML getter's cost once a second;
   [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
   [ "${HUBTICK:-1}" = 1 ] && step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
     --tick-seconds 20 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
+fi
+
+if [ "$PART" = s12busy ]; then  # session 12: the dashboard against nvitop at 160x48 with the GPU busy
+  if [ "$DRY" != 1 ]; then
+    $PY $REPO/benchmarks/gpu_load.py --seconds 150 >"$WORK/gpu_load.log" 2>&1 &
+    LOAD=$!
+    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
+  fi
+  step 110 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
+    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
 fi
 
 if [ "$PART" = rss ]; then
