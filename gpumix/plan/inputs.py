@@ -49,7 +49,7 @@ def _plausible(value: Any, low: float, high: float) -> bool:
 # per step would otherwise be planned for), with the rank and the field named.
 _RANK_RANGES = {"samples": (0.0, MAX_GLOBAL_BATCH), "samples_per_s": (0.0, 1e12), "micro_batch": (0.0, MAX_GLOBAL_BATCH),
                 "compute_s": (0.0, 1e6), "step_time_s": (0.0, 1e6), "mem_peak_bytes": (0.0, 2.0**60),
-                "gradient_bytes": (0.0, 1e15), "compute_spread_s": (0.0, 1e6)}
+                "gradient_bytes": (0.0, 1e15)}
 _POINT_RANGES = {"samples": (0.0, MAX_GLOBAL_BATCH), "compute_s": (0.0, 1e6), "micro_batch": (0.0, MAX_GLOBAL_BATCH),
                  "mem_peak_bytes": (0.0, 2.0**60)}
 
@@ -108,7 +108,7 @@ def measures(snapshot: Snapshot, job: str) -> list[RankMeasure]:
             compute_share=compute_share, mem_total_bytes=gpu.get("mem_total_bytes"),
             mem_peak_bytes=rank.get("mem_peak_bytes"), mem_per_sample_bytes=_mem_per_sample(rank),
             tier=gpu.get("tier"), compute_points=_compute_points(rank), compute_point_ages_s=_point_ages_s(rank),
-            compute_point_micro_batches=_point_micro_batches(rank), compute_spread_s=rank.get("compute_spread_s"),
+            compute_point_micro_batches=_point_micro_batches(rank),
         ))
     ranks = sorted(m.rank for m in result)
     if ranks != list(range(len(ranks))):

@@ -12,11 +12,8 @@ for. t_r is the rank's compute time for n_r samples (gpumix.model.compute_curve)
 proportional to its compute-only throughput s_r when one split was measured,
 interpolated between measured splits when there are more. (A synchronous
 job's whole-step rate says only how the batch is split, since every rank
-waits for the slowest one.) Where the ranks report their compute's spread
-(the hub's compute_spread_s) the max becomes the median of the slowest of the
-ranks' computes, each normally spread (plan.spread); with none reported it
-is the max. Communication: measured at the current split when the ranks
-report it (the step minus the slowest rank's compute), else a model
+waits for the slowest one.) Communication: measured at the current split when
+the ranks report it (the step minus the slowest rank's compute), else a model
 of an all-reduce staged through host memory, 2(R-1)/R x gradient bytes over
 the slowest effective link (gpumix.model.priors).
 
@@ -32,8 +29,8 @@ safety net.
 The parts, one idea each: split_types (types and bounds), request_checks (refusals), memory
 (micro-batch caps and factorization), prediction (step times, the bound), split_search (the
 integer search), stairs (tiles learned from the points), padding (a single count's unknown tile, in
-expectation), spread (the ranks' measured spread in the step), plan_json (the JSON form). This
-module puts them together; every public name stays importable from here.
+expectation), plan_json (the JSON form). This module puts them together; every public name
+stays importable from here.
 """
 
 from __future__ import annotations
@@ -69,7 +66,6 @@ from gpumix.plan.split_types import (
     RankPlan,
     TierAlternative,
 )
-from gpumix.plan.spread import StepSpread
 from gpumix.plan.stairs import with_stairs
 
 # The public names, importable from here as before the split into modules.
@@ -129,12 +125,12 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
     measures = with_possible_stairs(with_stairs(sorted(measures, key=lambda m: m.rank), request), request)
     part = [m for m in measures if m.rank not in request.exclude]
     B = request.global_batch
-    comm, spread = comm_model(measures, request), StepSpread.at_current(measures)
+    comm = comm_model(measures, request)
     counts, caps, shares = split_counts(B, part, request, deadline)
     by_rank = {m.rank: i for i, m in enumerate(part)}
     proposed_counts = [counts[by_rank[m.rank]] if m.rank in by_rank else 0 for m in measures]
-    current = predict([m.current_samples for m in measures], measures, comm, spread)
-    proposed = predict(proposed_counts, measures, comm, spread)
+    current = predict([m.current_samples for m in measures], measures, comm)
+    proposed = predict(proposed_counts, measures, comm)
     kept, note = _keep_current(measures, part, request, current, proposed)
     if kept:
         proposed = current
@@ -146,8 +142,8 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
     return Plan(
         global_batch=B, ranks=tuple(ranks), current=current, proposed=proposed,
         ideal=ideal(B, part, comm), kept_current=kept, note=note,
-        fast_tier_only=_fast_tier_only(measures, part, request, comm, deadline, spread),
-        best_without_tier=best_without_tier(part, request, comm, deadline, spread),
+        fast_tier_only=_fast_tier_only(measures, part, request, comm, deadline),
+        best_without_tier=best_without_tier(part, request, comm, deadline),
         compute_basis=tuple((m.rank, padding_basis(m, m.compute_estimate()[1])) for m in part),
         comm_basis=comm.basis([m.link_bytes_per_s for m in part]),
     )
@@ -214,7 +210,7 @@ def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
 
 
 def _fast_tier_only(measures: Sequence[RankMeasure], part: Sequence[RankMeasure], request: PlanRequest,
-                    comm: CommModel, deadline: Deadline, spread: StepSpread | None = None) -> TierAlternative | None:
+                    comm: CommModel, deadline: Deadline) -> TierAlternative | None:
     """The field's alternative: the whole batch on the fastest tier alone, if it is not every rank
     and the batch fits on it."""
     tier = fastest_tier(measures, request.exclude)
@@ -227,11 +223,11 @@ def _fast_tier_only(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
     except ValueError:  # B does not fit on the tier alone
         return None
     return TierAlternative(tier=tier[0].tier, ranks=tuple(m.rank for m in tier),
-                           prediction=predict(tier_counts, tier, comm, spread))
+                           prediction=predict(tier_counts, tier, comm))
 
 
 def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest, comm: CommModel,
-                      deadline: Deadline, spread: StepSpread | None = None) -> TierAlternative | None:
+                      deadline: Deadline) -> TierAlternative | None:
     """Leave one tier out (its cards for eval): a slow tier on slow links can pace every
     all-reduce, so the job may be faster without it. The best such option, if any tier exists
     whose absence beats nothing; `tier` names the tier left out, `ranks` the ranks kept."""
@@ -245,7 +241,7 @@ def best_without_tier(part: Sequence[RankMeasure], request: PlanRequest, comm: C
             raise
         except ValueError:  # B does not fit on the rest
             continue
-        prediction = predict(counts, kept, comm, spread)
+        prediction = predict(counts, kept, comm)
         if best is None or prediction.samples_per_s > best.prediction.samples_per_s:
             best = TierAlternative(tier=tier, ranks=tuple(m.rank for m in kept), prediction=prediction)
     return best

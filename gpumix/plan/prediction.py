@@ -1,6 +1,5 @@
-"""Predicted step times: max_r t_r(n_r) (the median of the slowest of them where the ranks report
-their compute's spread: plan.spread) plus the communication the step waits for, and the continuous
-bound where every rank finishes together."""
+"""Predicted step times: max_r t_r(n_r) plus the communication the step waits for, and the
+continuous bound where every rank finishes together."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ from collections.abc import Sequence
 from gpumix.model.compute_curve import ComputeCurve, TiledCurve
 from gpumix.model.step_model import CommModel, compute_estimate
 from gpumix.plan.split_types import PlanRequest, Prediction, RankMeasure
-from gpumix.plan.spread import StepSpread
 
 
 def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommModel:
@@ -19,18 +17,10 @@ def comm_model(measures: Sequence[RankMeasure], request: PlanRequest) -> CommMod
                      slowest if request.measured_comm_s is not None else None, request.link_basis)
 
 
-def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommModel,
-            spread: StepSpread | None = None) -> Prediction:
-    """The step at these counts. `spread`: the ranks' measured spread (plan.spread), from `measures` if
-    not given; the plan passes the one read from every rank, for a subset's prediction too."""
+def predict(samples: Sequence[int], measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
     taking_part = [(n, m) for n, m in zip(samples, measures, strict=True) if n > 0]
-    spread = StepSpread.at_current(measures) if spread is None else spread
     # where a rank's tile is unknown, what its count costs on average over the tiles left open (plan.padding)
-    times_s = {m.rank: m.expected_time_s(n) for n, m in taking_part}
-    if any(spread.sds.get(r, 0.0) > 0 for r in times_s):  # the median of the slowest of them
-        compute = spread.compute_s(times_s)
-    else:  # no spread known: the max of the medians, as before
-        compute = max(times_s.values(), default=0.0)
+    compute = max((m.expected_time_s(n) for n, m in taking_part), default=0.0)
     return Prediction(compute_s=compute, allreduce_s=step_wait_s(comm, [m for _, m in taking_part], compute),
                       samples=sum(samples))
 

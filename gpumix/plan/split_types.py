@@ -65,8 +65,6 @@ class RankMeasure:
     # points do not rule out (plan.padding); a prediction takes their mean with the plain curve's
     possible_curves: tuple[ComputeCurve, ...] = ()
     possible_tiles: tuple[int, ...] = ()  # their tiles
-    # the interquartile range of its own per-step compute now (the hub's compute_spread_s); None: unknown
-    compute_spread_s: float | None = None
 
     @property
     def compute_samples_per_s(self) -> float:
