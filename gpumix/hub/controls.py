@@ -31,24 +31,7 @@ def power_control(controller: PowerController, snapshot: dict[str, Any] | None, 
         if action not in POWER_ACTIONS:
             raise PowerError(f"unknown power action {action!r}")
         if action == "fit":
-            if snapshot is None:
-                raise PowerError("no reading yet: try again in a second")
-            budget = request.get("budget_w") or budget_w
-            if budget is not None and (not isinstance(budget, int | float) or isinstance(budget, bool)):
-                raise PowerError("fit needs a power budget in watts")
-            unread = unread_cap(snapshot)
-            if unread is not None:
-                raise PowerError(unread)
-            # every budget the machine declares: supplies, circuits (headroom for transients) and the total
-            fit = fit_for_snapshot(gpu_power_from_snapshot(snapshot), snapshot, budget, request.get("headroom"))
-            changes = []
-            if not dry_run:
-                for proposal in fit.proposals:
-                    if abs(proposal.new_w - proposal.old_w) >= 0.5:
-                        changes.append(controller.set_cap(proposal.index, proposal.new_w, user=user))
-            reply = {"type": "power_result", "ok": True, "message": _fit_message(fit.to_json(), dry_run),
-                     "fit": fit.to_json()}
-            return _with_changes(reply, changes)
+            return _fit(controller, snapshot, request, budget_w, dry_run, user)
         if action == "caps":  # exact caps per GPU (a confirmed fit proposal)
             caps = request.get("caps")
             if not isinstance(caps, dict) or not caps:
@@ -80,6 +63,28 @@ def power_control(controller: PowerController, snapshot: dict[str, Any] | None, 
                              changes)
     except (PowerError, BudgetError) as error:
         return {"type": "power_result", "ok": False, "message": str(error), "changes": []}
+
+
+def _fit(controller: PowerController, snapshot: dict[str, Any] | None, request: dict[str, Any],
+         budget_w: float | None, dry_run: bool, user: AuditUser) -> dict[str, Any]:
+    """Fit the caps to every budget the machine declares and apply them (unless a dry run)."""
+    if snapshot is None:
+        raise PowerError("no reading yet: try again in a second")
+    budget = request.get("budget_w") or budget_w
+    if budget is not None and (not isinstance(budget, int | float) or isinstance(budget, bool)):
+        raise PowerError("fit needs a power budget in watts")
+    unread = unread_cap(snapshot)
+    if unread is not None:
+        raise PowerError(unread)
+    # every budget the machine declares: supplies, circuits (headroom for transients) and the total
+    fit = fit_for_snapshot(gpu_power_from_snapshot(snapshot), snapshot, budget, request.get("headroom"))
+    changes = []
+    if not dry_run:
+        for proposal in fit.proposals:
+            if abs(proposal.new_w - proposal.old_w) >= 0.5:
+                changes.append(controller.set_cap(proposal.index, proposal.new_w, user=user))
+    reply = {"type": "power_result", "ok": True, "message": _fit_message(fit.to_json(), dry_run), "fit": fit.to_json()}
+    return _with_changes(reply, changes)
 
 
 def _with_changes(reply: dict[str, Any], changes: list[PowerChange]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from gpumix.hub.step_window import skipped_share, window_median, window_median_spread
+from gpumix.hub.step_window import compute_spread_s, skipped_share, window_median
 from gpumix.wire.jobs import job_label, ranks_by_job
 from gpumix.wire.protocol import ProtocolError, integer, number, text
 from gpumix.wire.send_period import MAX_PERIOD_S, MIN_PERIOD_S
@@ -21,7 +21,6 @@ from gpumix.wire.snapshot_types import (
     STEP_TIME_RANGE_S,
 )
 
-MIN_SPREAD_STEPS = 4  # a rank's compute spread (an interquartile range) needs four steps at least
 STEPS_KEPT = 120  # per rank, for medians and the AMP window (the losses have their own deque)
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter
 STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggler...
@@ -207,13 +206,7 @@ def rank_summary(stream: RankStream) -> dict[str, Any]:
     compute = None
     if step_time is not None:
         compute = max(0.0, step_time - (comm or 0.0) - (data_wait or 0.0))
-    # the spread of each step's own compute (its time less its waits where sent, at least 0). compute_s
-    # stays the medians' difference: the median of these per-step computes lost gain share in the
-    # planner's sets (docs/hub.md, session 12), as the planner reads no spread yet
-    computes = [part if (part := s["step_time_s"] - (s["comm_s"] or 0.0) - (s["data_wait_s"] or 0.0)) > 0.0 else 0.0
-                for s in recent if s["step_time_s"]]
-    # under MIN_SPREAD_STEPS there are no quartiles to speak of: unknown (None), not steady (0)
-    compute_spread = window_median_spread(computes)[1] if len(computes) >= MIN_SPREAD_STEPS else None
+    compute_spread = compute_spread_s(recent)
     try:
         last_fields = dict(zip(RANK_LAST_STEP_FIELDS, _last_step_fields(last), strict=True))
     except KeyError:

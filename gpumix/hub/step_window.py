@@ -47,3 +47,16 @@ def window_median_spread(values: list[float]) -> tuple[float | None, float | Non
     third = (values[high] * (4 - high_quarters) + values[high + 1] * high_quarters) / 4 if high_quarters \
         else values[high]
     return median, third - first
+
+
+MIN_SPREAD_STEPS = 4  # a rank's compute spread (an interquartile range) needs four steps at least
+
+
+def compute_spread_s(steps: list[dict[str, Any]]) -> float | None:
+    """The interquartile range of each step's own compute: its time less its waits where sent, at least 0.
+    None under MIN_SPREAD_STEPS steps: no quartiles to speak of, unknown rather than steady. (A rank's
+    compute_s stays the medians' difference: the median of these per-step computes lost gain share in
+    the planner's sets, docs/hub.md, session 12.)"""
+    computes = [part if (part := s["step_time_s"] - (s["comm_s"] or 0.0) - (s["data_wait_s"] or 0.0)) > 0.0 else 0.0
+                for s in steps if s["step_time_s"]]
+    return window_median_spread(computes)[1] if len(computes) >= MIN_SPREAD_STEPS else None
