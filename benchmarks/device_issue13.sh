@@ -43,6 +43,14 @@ WARM=${WARM:-3}
 cp "$LOG" "$WORK/machine.txt"
 TUI=($PY "$REPO/benchmarks/bench_tui.py" --seconds "$SECS" --warmup "$WARM")
 
+start_load() {  # SECONDS: benchmarks/gpu_load.py (host-to-device copies and matmuls) in the background, once copying
+  [ "$DRY" = 1 ] && return 0
+  $PY $REPO/benchmarks/gpu_load.py --seconds "$1" >"$WORK/gpu_load.log" 2>&1 &
+  LOAD=$!
+  for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
+}
+stop_load() { [ "$DRY" = 1 ] && return 0; kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+
 hub_windows_and_memory() {  # PART=more and s10: the hub over two 30 s windows, RSS by kind (with and without the -OO re-exec)
   for round in 1 2; do
     step 90 "hub CPU per tick over 30 s, 10 simulated GPUs ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
@@ -67,14 +75,10 @@ if [ "$PART" = a ]; then
     --cols 80 --rows 24 --out "$WORK/tui_bytes_by_row_80x24.json" -- gpumix-top --interval 1 $SRC
   step 40 "bytes by row, 80x24, idle GPU, nvitop" $PY "$REPO/benchmarks/tui_bytes_by_row.py" --seconds 20 --warmup 5 \
     --cols 80 --rows 24 --out "$WORK/tui_bytes_by_row_80x24_nvitop.json" -- nvitop --interval 1
-  if [ "$DRY" != 1 ]; then
-    $PY $REPO/benchmarks/gpu_load.py --seconds 120 >"$WORK/gpu_load.log" 2>&1 &
-    LOAD=$!
-    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
-  fi
+  start_load 120
   step 100 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
     --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
-  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  stop_load
   step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 12 \
     --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
   step 70 "hub CPU per tick, 10 simulated GPUs" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 12 \
@@ -146,15 +150,12 @@ if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow
   }
   reading before idle_before_1; reading after idle_after_1
   [ "${ABBA:-1}" = 1 ] && { reading after idle_after_2; reading before idle_before_2; }
-  if [ "$DRY" != 1 ]; then
-    $PY $REPO/benchmarks/gpu_load.py --seconds 150 >"$WORK/gpu_load.log" 2>&1 &
-    LOAD=$!
-    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
-    step 30 "pair against window, busy" $PY "$REPO/benchmarks/pcie_pair_check.py" --rounds 20 --out "$WORK/pcie_pair_check_busy.json"
-  fi
+  start_load 150
+  [ "$DRY" != 1 ] && step 30 "pair against window, busy" $PY "$REPO/benchmarks/pcie_pair_check.py" --rounds 20 \
+    --out "$WORK/pcie_pair_check_busy.json"
   reading before busy_before_1; reading after busy_after_1
   [ "${ABBA:-1}" = 1 ] && { reading after busy_after_2; reading before busy_before_2; }
-  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  stop_load
   [ "${HUBTICK:-1}" = 1 ] && step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
     --tick-seconds 20 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
   [ "${ONESHOTS:-1}" = 1 ] && step 45 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label nohub --out "$WORK/oneshot_nohub.json" \
@@ -172,28 +173,20 @@ if [ "$PART" = s12 ]; then  # session 12: each NVML getter's cost once a second;
     else step 60 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
   }
   reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
-  if [ "$DRY" != 1 ]; then
-    $PY $REPO/benchmarks/gpu_load.py --seconds 240 >"$WORK/gpu_load.log" 2>&1 &
-    LOAD=$!
-    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
-    step 60 "NVML calls once a second and back to back, busy" $PY "$REPO/benchmarks/nvml_call_costs.py" --rounds 25 --label busy \
-      --out "$WORK/nvml_call_costs_busy.json"
-  fi
+  start_load 240
+  [ "$DRY" != 1 ] && step 60 "NVML calls once a second and back to back, busy" $PY "$REPO/benchmarks/nvml_call_costs.py" \
+    --rounds 25 --label busy --out "$WORK/nvml_call_costs_busy.json"
   reading before busy_before_1; reading after busy_after_1; reading after busy_after_2; reading before busy_before_2
-  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  stop_load
   [ "${HUBTICK:-1}" = 1 ] && step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
     --tick-seconds 20 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
 fi
 
 if [ "$PART" = s12busy ]; then  # session 12: the dashboard against nvitop at 160x48 with the GPU busy
-  if [ "$DRY" != 1 ]; then
-    $PY $REPO/benchmarks/gpu_load.py --seconds 150 >"$WORK/gpu_load.log" 2>&1 &
-    LOAD=$!
-    for _ in $(seq 60); do grep -q "GB copied" "$WORK/gpu_load.log" 2>/dev/null && break; sleep 0.5; done
-  fi
+  start_load 150
   step 110 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
     --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
-  [ "$DRY" != 1 ] && { kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
+  stop_load
 fi
 
 if [ "$PART" = rss ]; then
