@@ -778,6 +778,20 @@ def test_a_slow_reading_that_failed_for_now_is_asked_again_after_the_slow_interv
         for _ in range(20):
             made.sample(1.0)  # t = 25 s: read, now on the rare schedule
         assert made.calls(RTX3090, LIMIT) == 2
+        # the 3060 has no replay counter (unsupported, not failed for now): its limit stays on the rare schedule
+        assert made.backend.unsupported[(RTX3060, REPLAYS)] == "Not Supported" and made.calls(RTX3060, LIMIT) == 1
+    finally:
+        made.backend.close()
+
+
+def test_a_replay_counter_that_failed_for_now_is_asked_again_after_the_slow_interval() -> None:
+    made = make_rig(faults={(RTX3090, REPLAYS): pynvml.NVML_ERROR_TIMEOUT})
+    try:
+        assert made.sample(0.0)[RTX3090].pcie_replay_count is None
+        del made.machine.faults[(RTX3090, REPLAYS)]
+        for _ in range(5):
+            made.sample(1.0)  # t = 5 s
+        assert made.calls(RTX3090, REPLAYS) == 2 and made.sample(1.0)[RTX3090].pcie_replay_count == 0
     finally:
         made.backend.close()
 

@@ -432,4 +432,10 @@ def test_a_fit_is_refused_while_a_gpu_s_cap_does_not_read(hub: Hub, machine: Sim
     assert not reply["ok"] and reply["message"].startswith("GPU 4's power cap could not be read")
     snapshot["gpus"][4]["lost"] = True  # a GPU off the bus is not asked for
     assert power_control(hub.power, snapshot, {"action": "fit", "dry_run": True}, 2800)["ok"]
+    # its limits, read once at the start, leave it out of the sum as well
+    limits = hub.snapshot()
+    limits["gpus"][6]["power_limit_min_w"] = None
+    reply = power_control(hub.power, limits, {"action": "fit", "dry_run": True}, 2800)
+    assert not reply["ok"] and reply["message"] == ("GPU 6's minimum power limit could not be read: the fit cannot"
+                                                     " hold the budget without it")
     assert_unchanged(machine, nvml)

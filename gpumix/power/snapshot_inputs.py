@@ -11,14 +11,20 @@ from gpumix.power.budget import MAX_POWER_POINTS, GpuPower, same_cap
 
 
 def unread_cap(snapshot: dict[str, Any]) -> str | None:
-    """Why no fit can be held to a budget now, or None: a GPU on the bus whose cap did not read (a failed
-    or unsupported NVML call) would be left out of the sum (gpu_power_from_snapshot skips it), and the
-    caps fitted to the rest could then draw past the budget with it."""
+    """Why no fit can be held to a budget now, or None: a GPU on the bus whose cap or limits did not read
+    (a failed or unsupported NVML call) would be left out of the sum (gpu_power_from_snapshot skips it),
+    and the caps fitted to the rest could then draw past the budget with it."""
     for gpu in snapshot.get("gpus") or []:
-        if not gpu.get("lost") and gpu.get("power_cap_w") is None:
-            return (f"GPU {gpu.get('index')}'s power cap could not be read: no fit against the budget now"
-                    " (readings come again within seconds)")
+        if gpu.get("lost"):
+            continue
+        for field, what in _POWER_FIELDS:
+            if gpu.get(field) is None:
+                return f"GPU {gpu.get('index')}'s {what} could not be read: the fit cannot hold the budget without it"
     return None
+
+
+_POWER_FIELDS = (("power_cap_w", "power cap"), ("power_limit_default_w", "default power limit"),
+                 ("power_limit_min_w", "minimum power limit"), ("power_limit_max_w", "maximum power limit"))
 
 
 def gpu_power_from_snapshot(snapshot: dict[str, Any]) -> list[GpuPower]:
