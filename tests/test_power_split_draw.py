@@ -95,3 +95,11 @@ def test_plan_json_on_the_demo_carries_the_draw_and_warns_above_its_budget() -> 
     assert {b["kind"] for b in power["budgets"]} == {"total", "supply", "circuit"}
     assert all(g["predicted_w"] <= g["cap_w"] for g in power["gpus"])
     assert "exceeds GPU budget" in power["warning"]
+
+
+def test_a_card_whose_cap_did_not_read_is_named_not_dropped_in_silence() -> None:
+    # its draw cannot be predicted without its cap: the totals leave it out, and the warning says so
+    snapshot = {**SNAPSHOT, "gpus": [gpu(0, 300.0), {**gpu(1, 180.0), "power_cap_w": None}], "power_budget_w": 2000.0}
+    power = draw_against_budgets(snapshot, split(0.3, 0.3, step_s=0.3))
+    assert [g["index"] for g in power["gpus"]] == [0] and power["predicted_total_w"] == pytest.approx(300.0)
+    assert power["warning"] == "GPU 1: cap not read, its draw is not in these totals"

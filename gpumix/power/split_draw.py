@@ -82,10 +82,11 @@ def draw_against_budgets(snapshot: dict[str, Any], plan: dict[str, Any],
         if rank.get("gpu_uuid") in gpus and compute is not None and step_after:
             busy_after[rank["gpu_uuid"]] = busy_after.get(rank["gpu_uuid"], 0.0) + min(1.0, compute / step_after)
     planned = {r.get("gpu_uuid") for r in plan.get("ranks") or []}
-    rows = []
+    rows, unread = [], []
     for uuid, gpu in gpus.items():
         cap, default = _number(gpu.get("power_cap_w")), _number(gpu.get("power_limit_default_w"))
-        if cap is None or default is None:
+        if cap is None or default is None:  # no prediction stands without them: said, not silently dropped
+            unread.append(str(gpu["index"]))
             continue
         draw_now = _number(gpu.get("power_w"))
         if uuid not in planned:  # not in this job: it goes on as it is
@@ -115,10 +116,10 @@ def draw_against_budgets(snapshot: dict[str, Any], plan: dict[str, Any],
     return {"gpus": [row.to_json() for row in sorted(rows, key=lambda r: r.index)],
             "predicted_total_w": sum(predicted.values()),
             "draw_now_total_w": sum(row.draw_now_w or 0.0 for row in rows),
-            "budgets": limits, "warning": _warning(limits, rows)}
+            "budgets": limits, "warning": _warning(limits, rows, unread)}
 
 
-def _warning(limits: list[dict[str, Any]], rows: list[GpuDraw]) -> str | None:
+def _warning(limits: list[dict[str, Any]], rows: list[GpuDraw], unread: list[str]) -> str | None:
     over = [f"{lim['name']} {lim['predicted_w']:.0f} W > {lim['usable_w']:.0f} W" for lim in limits if lim["over"]]
     capped = [str(row.index) for row in rows if row.at_cap]
     parts = []
@@ -127,4 +128,7 @@ def _warning(limits: list[dict[str, Any]], rows: list[GpuDraw]) -> str | None:
     if capped:
         parts.append(f"GPU {','.join(capped)} would run at {'its' if len(capped) == 1 else 'their'} cap:"
                      " slower than this prediction")
+    if unread:
+        parts.append(f"GPU {','.join(unread)}: cap not read, {'its' if len(unread) == 1 else 'their'} draw is not"
+                     " in these totals")
     return "; ".join(parts) or None
