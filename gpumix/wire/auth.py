@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpumix.wire.unix_connect import connect_unix
+
 if TYPE_CHECKING:
     import ssl
 
@@ -171,7 +173,7 @@ def open_socket(address: str, timeout_s: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
-        sock.connect(address)
+        connect_unix(sock, address, timeout_s)
     except BaseException:
         sock.close()
         raise
