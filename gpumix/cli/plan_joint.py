@@ -11,13 +11,11 @@ communication model rebuilt from the snapshot and checked against the plan's own
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from gpumix.advice.probe_results import job_allreduce_floor
-from gpumix.plan.inputs import measured_comm_s, measures
+from gpumix.plan.inputs import PlanInputError, planner_inputs
 from gpumix.plan.memory import effective_max_k, micro_batch_cap
 from gpumix.plan.padding import ExpectedCurve, with_possible_stairs
 from gpumix.plan.prediction import comm_model, hindsight_error, step_wait_s
@@ -47,9 +45,11 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
                                  f" {MAX_UNITS} whole units are (use --granularity)").to_json()
     # the planner's own view of each rank: its stairs learned, the tiles one count leaves open (a split is
     # compared by the time the proposal's step is predicted by), its memory's micro-batch cap
-    found, request = _proposal_inputs(snapshot, job, plan["global_batch"], max(1, granularity), gradient_bytes)
-    if request is None:
-        return JointOffer(False, "the ranks do not report their gradient size: no wait to predict").to_json()
+    try:  # the ranks and request as the plan's own (plan_from_snapshot), so the wait is the proposal's
+        found, request = planner_inputs(snapshot, job, plan["global_batch"], gradient_bytes, max(1, granularity),
+                                        allreduce_floor=job_allreduce_floor(snapshot, job))
+    except PlanInputError as error:
+        return JointOffer(False, str(error)).to_json()
     read = with_possible_stairs(with_stairs(found, request), request)
     ranks_now = {m.gpu_uuid: m for m in read if m.gpu_uuid}
     planned = {r["gpu_uuid"]: r["samples"] for r in plan["ranks"] if r.get("samples")}
@@ -83,24 +83,6 @@ def joint_json(snapshot: dict[str, Any], job: str, plan: dict[str, Any], granula
                         fixed_w)
     return {**offer.to_json(), "split_then_fit_step_s": serial_step_s, "budget_w": budget_w,
             "gpu_indices": [g.index for g in taking]}
-
-
-def _proposal_inputs(snapshot: dict[str, Any], job: str, global_batch: int, granularity: int,
-                     gradient_bytes: float | None) -> tuple[list[RankMeasure], PlanRequest | None]:
-    """The ranks and request as `gpumix plan` gives them to the planner (plan.inputs.plan_from_snapshot):
-    the kept all-reduce floor in place of the link prior, the gradient size given or the ranks' median,
-    the wait measured now. The request is None without a gradient size."""
-    found = sorted(measures(snapshot, job), key=lambda m: m.rank)
-    floor = job_allreduce_floor(snapshot, job)
-    if floor is not None and isinstance(floor[0], int | float) and math.isfinite(floor[0]) and 1.0 <= floor[0] <= 1e13:
-        found = [replace(m, link_bytes_per_s=float(floor[0])) for m in found]
-    reported = [r["gradient_bytes"] for r in snapshot.get("ranks", []) if r.get("job") == job and r.get("connected")
-                and r.get("gradient_bytes")]
-    grad = gradient_bytes or (statistics.median(reported) if reported else None)
-    if grad is None:
-        return found, None
-    return found, PlanRequest(global_batch=global_batch, gradient_bytes=grad, granularity=granularity,
-                              measured_comm_s=measured_comm_s(snapshot, job))
 
 
 def _proposal_wait(read: list[RankMeasure], request: PlanRequest,

@@ -136,6 +136,16 @@ def plan_from_snapshot(snapshot: Snapshot, job: str | None = None, global_batch:
     what it is) of an all-reduce measured over the job's GPUs (`gpumix probe`), in place of the link
     prior: the ring's 2(R-1)/R x gradient bytes over it (pessimistic for a subset of the GPUs)."""
     job = pick_job(snapshot, job)
+    return job, plan(*planner_inputs(snapshot, job, global_batch, gradient_bytes, granularity, exclude,
+                                     allreduce_floor))
+
+
+def planner_inputs(snapshot: Snapshot, job: str, global_batch: int | None = None,
+                   gradient_bytes: float | None = None, granularity: int | None = None,
+                   exclude: frozenset[int] = frozenset(),
+                   allreduce_floor: tuple[float, str] | None = None) -> tuple[list[RankMeasure], PlanRequest]:
+    """The ranks and the request the planner is given for `job` (plan_from_snapshot's arguments), also
+    for whatever predicts as the proposal does (`gpumix plan --json`'s joint offer)."""
     found = measures(snapshot, job)
     link_basis = None
     if allreduce_floor is not None and _plausible(allreduce_floor[0], 1.0, 1e13):
@@ -153,4 +163,4 @@ def plan_from_snapshot(snapshot: Snapshot, job: str | None = None, global_batch:
             raise PlanInputError(f"job {job!r}: the hub says granularity {granularity!r}: not 1 to {MAX_GLOBAL_BATCH}")
     request = PlanRequest(global_batch=batch, gradient_bytes=grad, granularity=int(granularity),
                           measured_comm_s=measured_comm_s(snapshot, job), exclude=exclude, link_basis=link_basis)
-    return job, plan(found, request)
+    return found, request
