@@ -29,16 +29,14 @@ def window_median(values: list[float]) -> float | None:
     return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
-def window_median_spread(values: list[float]) -> tuple[float | None, float | None]:
-    """(median, interquartile range) of the values, one sort as window_median; (None, None) for none.
-    The quartiles interpolate between neighbours (numpy's default, statistics.quantiles' "inclusive"): over
-    a window of 10 steps p90 - p10 would be almost max - min, one slow step's, where the IQR spans 5 steps."""
+def window_spread(values: list[float]) -> float | None:
+    """The interquartile range of the values (one sort, as window_median), None for none. The quartiles
+    interpolate between neighbours (numpy's default, statistics.quantiles' "inclusive"): over a window of
+    10 steps p90 - p10 would be almost max - min, one slow step's, where the IQR spans 5 steps."""
     if not values:
-        return None, None
+        return None
     values.sort()
     last = len(values) - 1  # (the only len: issue 13 counts calls)
-    middle = (last + 1) // 2
-    median = values[middle] if last % 2 == 0 else (values[middle - 1] + values[middle]) / 2
     # the quartiles at 1/4 and 3/4 of the last index, in whole steps and quarters, without a call (issue 13)
     # and in statistics.quantiles' own arithmetic, so its figures to the bit
     low, low_quarters = last // 4, last % 4
@@ -46,7 +44,7 @@ def window_median_spread(values: list[float]) -> tuple[float | None, float | Non
     first = (values[low] * (4 - low_quarters) + values[low + 1] * low_quarters) / 4 if low_quarters else values[low]
     third = (values[high] * (4 - high_quarters) + values[high + 1] * high_quarters) / 4 if high_quarters \
         else values[high]
-    return median, third - first
+    return third - first
 
 
 MIN_SPREAD_STEPS = 4  # a rank's compute spread (an interquartile range) needs four steps at least
@@ -59,4 +57,4 @@ def compute_spread_s(steps: list[dict[str, Any]]) -> float | None:
     the planner's sets, docs/hub.md, session 12.)"""
     computes = [part if (part := s["step_time_s"] - (s["comm_s"] or 0.0) - (s["data_wait_s"] or 0.0)) > 0.0 else 0.0
                 for s in steps if s["step_time_s"]]
-    return window_median_spread(computes)[1] if len(computes) >= MIN_SPREAD_STEPS else None
+    return window_spread(computes) if len(computes) >= MIN_SPREAD_STEPS else None
