@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pynvml
 
@@ -64,6 +64,16 @@ _TICK_CALLS_AFTER_SLOW: tuple[tuple[str, tuple[Any, ...]], ...] = (
     ("nvmlDeviceGetTemperature", (pynvml.NVML_TEMPERATURE_GPU,)), ("nvmlDeviceGetFanSpeed", ()),
     ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,)), ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_MEM,)),
     (_EVENT_REASONS, ()), ("nvmlDeviceGetCurrPcieLinkGeneration", ()), ("nvmlDeviceGetComputeRunningProcesses", ()))
+
+
+class _SlowRead(NamedTuple):
+    """A GPU's power-management limit and replay counter as last read, and when to read them again."""
+
+    limit_w: float | None
+    replays: int | None
+    read_at_s: float
+    due_at_s: float  # read again then, whatever moves
+    enforced_mw: int | None  # the enforced limit at the read (a move brings a read once a slow interval)
 
 
 def decode_clock_event_reasons(mask: int) -> list[str]:
@@ -131,10 +141,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         self._pcie_guard: threading.Thread | None = None
         self._guard_stop = threading.Event()
         self._pcie_fallback_pool: CallPool | None = None
-        self._slow_read_at: dict[int, float] = {}
-        self._slow_values: dict[int, tuple[float | None, int | None]] = {}
-        self._slow_read_enforced_mw: dict[int, int | None] = {}  # the enforced limit when they were read
-        self._slow_due_at: dict[int, float] = {}  # when they are read next, whatever moves
+        self._slow_reads: dict[int, _SlowRead] = {}  # gpu -> its power-management limit and replay counter
         self._link_widths: dict[int, tuple[int | None, int | None, float]] = {}  # gpu -> (gen, width, read at)
         self._energy_j: dict[int, float] = {}
         self._last_sample_at: dict[int, float] = {}
@@ -165,7 +172,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
 
     def forget_slow_readings(self, index: int) -> None:
         """Re-read the power limit on the next tick (after a cap was changed)."""
-        self._slow_read_at.pop(index, None)
+        self._slow_reads.pop(index, None)
 
     def power_limit_w(self, index: int) -> float | None:
         """The power cap now (nvidia-smi power.limit), read fresh: controls must not act on a stale value."""
@@ -283,19 +290,19 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         (an enforced limit that wanders by itself must not bring them back every tick). A read that failed
         for now (not unsupported) is asked again after the slow interval, not the rare one."""
         now = self._clock()
-        read_at = self._slow_read_at.get(index)
-        if read_at is None or now >= self._slow_due_at[index] or (
-                enforced_mw != self._slow_read_enforced_mw[index] and now - read_at >= self._slow_interval_s):
+        known = self._slow_reads.get(index)
+        if known is None or now >= known.due_at_s or (
+                enforced_mw != known.enforced_mw and now - known.read_at_s >= self._slow_interval_s):
             limit_mw = self._call(index, "nvmlDeviceGetPowerManagementLimit")
             replays = self._call(index, "nvmlDeviceGetPcieReplayCounter")
-            self._slow_values[index] = (limit_mw / 1000 if limit_mw is not None else None, replays)
-            self._slow_read_at[index] = now
-            self._slow_read_enforced_mw[index] = enforced_mw
             failed_for_now = any(value is None and (index, name) not in self.unsupported and index not in self._lost
                                  for value, name in ((limit_mw, "nvmlDeviceGetPowerManagementLimit"),
                                                      (replays, "nvmlDeviceGetPcieReplayCounter")))
-            self._slow_due_at[index] = now + (self._slow_interval_s if failed_for_now else self._rare_interval_s)
-        return self._slow_values[index]
+            known = self._slow_reads[index] = _SlowRead(
+                limit_w=limit_mw / 1000 if limit_mw is not None else None, replays=replays, read_at_s=now,
+                due_at_s=now + (self._slow_interval_s if failed_for_now else self._rare_interval_s),
+                enforced_mw=enforced_mw)
+        return known.limit_w, known.replays
 
     def _link_width(self, index: int, gen: int | None) -> int | None:
         """The link's width now, asked when its generation changes (a retrain) and on the rare schedule:
