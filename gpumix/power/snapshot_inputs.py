@@ -9,6 +9,10 @@ from typing import Any
 
 from gpumix.power.budget import MAX_POWER_POINTS, GpuPower, same_cap
 
+# What a card's fit needs read, and its name in a refusal: a card missing one is left out of the sum
+_POWER_FIELDS = (("power_cap_w", "power cap"), ("power_limit_default_w", "default power limit"),
+                 ("power_limit_min_w", "minimum power limit"), ("power_limit_max_w", "maximum power limit"))
+
 
 def unread_cap(snapshot: dict[str, Any]) -> str | None:
     """Why no fit can be held to a budget now, or None: a GPU on the bus whose cap or limits did not read
@@ -23,10 +27,6 @@ def unread_cap(snapshot: dict[str, Any]) -> str | None:
     return None
 
 
-_POWER_FIELDS = (("power_cap_w", "power cap"), ("power_limit_default_w", "default power limit"),
-                 ("power_limit_min_w", "minimum power limit"), ("power_limit_max_w", "maximum power limit"))
-
-
 def gpu_power_from_snapshot(snapshot: dict[str, Any]) -> list[GpuPower]:
     """The fit's input from a hub snapshot (caps, ranges, and the ranks' compute times). Where the hub
     adds `power_points` (uuid -> compute at each cap seen, gpumix.hub.cap_samples), each card's power
@@ -37,8 +37,7 @@ def gpu_power_from_snapshot(snapshot: dict[str, Any]) -> list[GpuPower]:
     allreduce_s = min((r["step_time_s"] - r["compute_s"] for r in ranks.values() if r.get("step_time_s")), default=0.0)
     result = []
     for gpu in snapshot["gpus"]:
-        needed = (gpu["power_cap_w"], gpu["power_limit_default_w"], gpu["power_limit_min_w"], gpu["power_limit_max_w"])
-        if gpu["lost"] or None in needed:
+        if gpu["lost"] or any(gpu[field] is None for field, _ in _POWER_FIELDS):  # unread_cap says which
             continue
         rank = ranks.get(gpu["uuid"])
         result.append(GpuPower(
