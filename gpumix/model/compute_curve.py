@@ -7,7 +7,8 @@ of tiles, so time grows in stairs (docs/planner.md, "Measured on real GPUs"). Wi
 measured at several splits (the hub keeps them across re-plans), the curve interpolates
 between them. Outside the measured range it takes the slower of two guesses, the nearest
 segment's line and proportional to the nearest point: a planner that trusts an optimistic
-extrapolation moves work onto a rank that then paces the step.
+extrapolation moves work onto a rank that then paces the step. Below points that no tile fits
+(NoFloorCurve) that line is bounded: their slope is noise, not a fixed cost.
 """
 
 from __future__ import annotations
@@ -78,6 +79,28 @@ class ComputeCurve:
             else:
                 high = middle
         return high
+
+
+@dataclass(frozen=True)
+class NoFloorCurve(ComputeCurve):
+    """A curve whose points no tile fits (plan.stairs.consistent): below its lowest point, the line of
+    its lowest segment no higher than a step whose fixed cost is `fixed_share_max` of the lowest point's
+    time. Such points differ by noise or by passes the planner does not model (88 as 2 x 44 reading 4.8 %
+    above 96 as 2 x 48: the same padded work), not by work, so their line's slope says nothing of a fixed
+    cost: kept, a flat pair would price every smaller count at the higher reading, a floor that hides
+    what moving work off the rank gains (fresh seed 59 gen-15's re-plan, predicted 3.0 % where a split
+    without that floor gains more: docs/planner.md, session 13). The bound is the largest fixed share
+    any consistent pair may show, so it binds only where the points say more than a pair could."""
+
+    fixed_share_max: float = 1.0
+
+    def time_s(self, samples: float) -> float:
+        first_n, first_t = self.points[0]
+        line_s = super().time_s(samples)  # the slower of the line and proportional, as any curve
+        if 0 < samples < first_n and len(self.points) > 1:
+            share = self.fixed_share_max
+            return min(line_s, first_t * (share + (1 - share) * samples / first_n))  # never below proportional
+        return line_s
 
 
 def _line(a: tuple[float, float], b: tuple[float, float], samples: float) -> float:

@@ -8,6 +8,8 @@ takes the narrowest tile (granularity x 2^j, at most MAX_ALIGNED_TILE) under whi
 measured points grows no faster than its work; the rank's curve then runs over whole-tile work
 (tiled_curve), so the search sees 168 as 3 x 64 rather than on the line between 96 and 176.
 Where the points say nothing (one point, or all consistent at the granularity) nothing changes.
+Where no tile fits them (noise past STAIR_TOLERANCE, or passes not modelled), their line sets no floor
+below them: it is bounded by FIXED_SHARE_MAX (without_floor; compute_curve.NoFloorCurve says why).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import combinations
 
-from gpumix.model.compute_curve import ComputeCurve, TiledCurve
+from gpumix.model.compute_curve import ComputeCurve, NoFloorCurve, TiledCurve
 from gpumix.plan.memory import MAX_ALIGNED_TILE, effective_max_k, factorize, micro_batch_cap
 from gpumix.plan.split_types import PlanRequest, RankMeasure
 
@@ -88,8 +90,16 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
             curve = tiled_curve(m.measured_points(), tile, micro_batch_cap(m, request), effective_max_k(request),
                                 (m.current_samples, m.micro_batch))
             m = replace(m, tiled_curve=curve, tile_samples=tile)
+        elif not consistent([p for p in m.measured_points() if p[0] > 0 and p[2] > 0], max(1, request.granularity)):
+            m = replace(m, tiled_curve=without_floor(m.compute_estimate()[0]))  # no tile fits its points
         found.append(m)
     return found
+
+
+def without_floor(curve: ComputeCurve) -> ComputeCurve:
+    """The curve through points no tile fits, its line below them bounded by FIXED_SHARE_MAX
+    (compute_curve.NoFloorCurve says why)."""
+    return NoFloorCurve(curve.points, FIXED_SHARE_MAX) if len(curve.points) > 1 else curve
 
 
 def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap: int | None,
@@ -101,6 +111,8 @@ def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap:
     if len({pass_work(n, m, tile) for n, m, _ in points}) < 2:
         n, m, t = points[-1]
         base = ComputeCurve.proportional(pass_work(n, m, tile) / t)
+    elif not consistent(points, tile):  # a tier's tile its own points do not fit
+        base = without_floor(base)
 
     known: dict[int, int] = {}  # the search asks the same counts many times; factorize scans k
 
