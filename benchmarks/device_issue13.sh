@@ -23,6 +23,10 @@
 #           (benchmarks/nvml_call_costs.py); the GPU's reading with session 11's tree (.whl/tree_s11) and this
 #           one's in ABBA order over 30 ticks (the rare readings are every 30 s); the hub's CPU per tick.
 #   PART=s12busy: the dashboard against nvitop at 160x48 with the GPU busy (3 alternated rounds).
+#   PART=s13: the settled readings (gpumix/hw/nvml_settled.py): CUDA processes listed against raw NVML's list
+#           (benchmarks/process_listing_check.py); the GPU's reading with session 12's tree (.whl/tree_s12:
+#           `bash benchmarks/tree_at.sh f5a9d2f .whl/tree_s12`) and this one's in ABBA order over 30 ticks, idle
+#           and busy; the hub's CPU per tick on the GPU with 0 and 10 ranks, session 12's tree then this one's.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -180,6 +184,26 @@ if [ "$PART" = s12 ]; then  # session 12: each NVML getter's cost once a second;
   stop_load
   [ "${HUBTICK:-1}" = 1 ] && step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
     --tick-seconds 20 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
+fi
+
+if [ "$PART" = s13 ]; then  # session 13: the settled readings, listed right and what they save
+  [ "$DRY" != 1 ] && step 60 "CUDA processes listed against raw NVML" $PY "$REPO/benchmarks/process_listing_check.py" \
+    --out "$WORK/process_listing_check.json"
+  COST=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks "${TICKS:-30}" --by-call $SRC)
+  reading() {  # TREE LABEL
+    if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_s12:$SITE step 50 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
+    else step 50 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
+  }
+  reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
+  start_load 200
+  reading before busy_before_1; reading after busy_after_1; reading after busy_after_2; reading before busy_before_2
+  stop_load
+  for tree in before after; do
+    hub_py="$PY"; [ "$tree" = before ] && hub_py="env PYTHONPATH=$REPO/.whl/tree_s12:$SITE $PY -P"
+    step 70 "hub CPU per tick, this machine's GPU, $tree" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
+      --tick-seconds 20 --tick-warmup 3 --hub-command "$hub_py -m gpumix.cli.main hub --interval 1 $SRC" \
+      --out "$WORK/hub_tick_gpu_$tree.json"
+  done
 fi
 
 if [ "$PART" = s12busy ]; then  # session 12: the dashboard against nvitop at 160x48 with the GPU busy

@@ -425,7 +425,7 @@ slot_width = 16
 """
     made = make_rig(rig_text=text)
     for _ in range(3):
-        samples = made.sample()
+        samples = made.sample(advance_s=5.0)  # the fan is a settled reading: asked once a slow interval
         assert samples[0].fan_pct is None and samples[0].temperature_c is None
         assert samples[1].fan_pct is not None and samples[1].temperature_c is not None
     assert made.backend.unsupported[(0, "nvmlDeviceGetFanSpeed")] == "Not Supported"

@@ -19,7 +19,7 @@ from tests.test_nvml_backend import CountingNvml, make_rig
 
 
 class OldBackend(NvmlBackend):
-    def _sample_one(self, index: int) -> GpuSample:  # the code before session 10, verbatim
+    def _sample_one(self, index: int) -> GpuSample:  # the code before session 10, in session 13's order
         info = self._infos[index]
         sample = GpuSample(index=index, uuid=info.uuid, timestamp_s=self._wall_clock())
         if index in self._lost:
@@ -38,16 +38,18 @@ class OldBackend(NvmlBackend):
         sample.power_w = power_mw / 1000 if power_mw is not None else None
         enforced_mw = call(index, "nvmlDeviceGetEnforcedPowerLimit")
         sample.power_cap_enforced_w = enforced_mw / 1000 if enforced_mw is not None else None
-        sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index, enforced_mw)
-        sample.temperature_c = call(index, "nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
-        sample.fan_pct = call(index, "nvmlDeviceGetFanSpeed")
+        # session 13: the SM clock and the event reasons are asked with the first readings, the settled ones
+        # (gpumix/hw/nvml_settled.py) after the slow ones; at a 1 s slow interval they are asked every tick
         sample.clock_sm_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM)
-        sample.clock_mem_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM)
         reasons = call(index, "nvmlDeviceGetCurrentClocksEventReasons")
         if reasons is None:
             reasons = call(index, "nvmlDeviceGetCurrentClocksThrottleReasons")
         sample.clock_event_reasons = decode_clock_event_reasons(reasons) if reasons is not None else None
+        sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index, enforced_mw)
+        sample.temperature_c = call(index, "nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
         sample.pcie_link_gen_current = call(index, "nvmlDeviceGetCurrPcieLinkGeneration")
+        sample.fan_pct = call(index, "nvmlDeviceGetFanSpeed")
+        sample.clock_mem_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM)
         processes = call(index, "nvmlDeviceGetComputeRunningProcesses") or []
         # session 11: the width is asked when the generation changes or on the rare schedule, after the processes
         widths = self.__dict__.setdefault("_reference_widths", {})
@@ -90,7 +92,7 @@ class OldBindingNvml(OrderedNvml):
 
 def _same_world(seed: int) -> tuple[Any, Any]:
     nvml = OldBindingNvml if seed % 2 else OrderedNvml
-    old, new = make_rig(nvml), make_rig(nvml)
+    old, new = make_rig(nvml, slow_interval_s=1.0), make_rig(nvml, slow_interval_s=1.0)  # every reading, every tick
     old.backend.__class__ = OldBackend  # the same object state, the old reading
     assert isinstance(new.backend, NvmlBackend) and type(new.backend) is NvmlBackend
     return old, new

@@ -22,7 +22,7 @@ import pytest
 from gpumix.hw.nvml_backend import NvmlBackend
 from gpumix.hw.nvml_pcie import MOVING_BYTES_PER_S
 from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S
-from gpumix.sim.machine import GpuActivity, SimMachine
+from gpumix.sim.machine import IDLE_MEM_BYTES, GpuActivity, SimMachine
 from gpumix.sim.nvml import SimHandle, SimNvml
 from gpumix.sim.rig import load_builtin_rig
 from tests.conftest import ManualClock
@@ -199,7 +199,9 @@ def test_a_quiet_gpu_is_read_again_the_tick_it_wakes(window_world: World) -> Non
     reads = world.nvml.field_reads[GPU]
     world.one_tick_with_the_guard()
     assert world.nvml.field_reads[GPU] == reads
-    world.machine.set_activity(GPU, GpuActivity(pids=[4242]))  # a process: it may start copying any time
+    # a process: it may start copying any time. Its CUDA context takes memory (NVML lists only processes
+    # with one), which brings the process list's read that tick (gpumix/hw/nvml_settled.py)
+    world.machine.set_activity(GPU, GpuActivity(pids=[4242], mem_used_bytes=IDLE_MEM_BYTES + 512 * 2**20))
     world.one_tick_with_the_guard()
     assert world.nvml.field_reads[GPU] > reads
 

@@ -83,6 +83,9 @@ class Hub:
         self._thread: threading.Thread | None = None
         self.ticks = 0
         self._ranks_changed = True
+        # a rank came or went since the last tick: its process may too, which the backend's process list
+        # (read every few seconds and when a GPU's memory moves: gpumix/hw/nvml_settled.py) then reads at once
+        self._ranks_came_or_went = False
         self._merged: dict[str, Any] | None = None  # hardware snapshot + current ranks
         self.on_tick: list[Callable[[], None]] = []  # e.g. the demo job pacing the simulated GPUs
         self.on_snapshot: list[Callable[[dict[str, Any]], None]] = []  # each tick's snapshot (the recorder)
@@ -120,6 +123,11 @@ class Hub:
         machine = self.hardware.machine
         if machine is not None:
             machine.tick()
+        with self._lock:
+            came_or_went, self._ranks_came_or_went = self._ranks_came_or_went, False
+        forget = getattr(self.hardware.backend, "forget_settled_readings", None)
+        if came_or_went and forget is not None:
+            forget()
         samples = self.hardware.backend.sample()
         if self._p2p is None:  # topology does not change while we run
             self._p2p = self.hardware.backend.p2p()
@@ -241,7 +249,7 @@ class Hub:
         another process holds live, or when the limits are reached and no gone rank can make room."""
         with self._lock:
             key = self._intake.hello(info, self._clock(), _limits())
-            self._ranks_changed = True
+            self._ranks_changed = self._ranks_came_or_went = True
             return key
 
     def agent_step(self, key: RankKey, step: dict[str, Any]) -> None:
@@ -264,7 +272,7 @@ class Hub:
         """A connection closed; its rank shows gone once its process has no connection left."""
         with self._lock:
             if self._intake.gone(key, self._clock(), _limits().gone):
-                self._ranks_changed = True
+                self._ranks_changed = self._ranks_came_or_went = True
 
     def forget_rank(self, key: RankKey) -> None:
         with self._lock:

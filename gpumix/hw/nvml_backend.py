@@ -12,6 +12,12 @@ PCIe byte counters (field values 197/198) ~0.6 ms; the power-management
 limit and the replay counter ~0.37 ms each, so those two are read on a slow
 schedule; total energy costs 3.7 ms, so energy is integrated from power.
 
+Asked once a second, a cheap getter costs 50-60 µs of CPU on an H100 (1.5 µs back to back: session 12,
+`benchmarks/nvml_call_costs.py`); so what seldom moves is read seldom: the power-management limit, replay
+counter and link width every 30 s and on a sign (`_slow_readings`, `_link_width`), the temperature, fan,
+memory clock, link generation and processes every 5 s and when the GPU's activity changes
+(`gpumix.hw.nvml_settled`).
+
 The guarded reads are here; PCIe throughput is `gpumix.hw.nvml_pcie`, P2P and NVLink
 `gpumix.hw.nvml_topology` (parts of NvmlBackend).
 """
@@ -27,9 +33,10 @@ import pynvml
 
 from gpumix.hw.call_pool import CallPool
 from gpumix.hw.nvml_pcie import NvmlPcie
+from gpumix.hw.nvml_settled import NvmlSettled, SettledReading
 from gpumix.hw.nvml_topology import NvmlTopology, _text
 from gpumix.hw.pcie_counters import PcieCounters
-from gpumix.hw.types import DriverInfo, GpuInfo, GpuProcess, GpuSample, NoDriverError
+from gpumix.hw.types import DriverInfo, GpuInfo, GpuSample, NoDriverError
 
 CLOCK_EVENT_REASONS = {
     0x1: "idle",
@@ -56,14 +63,11 @@ _PERMANENT_ERRORS = (
 # the generation moves). Their share of a 1 s tick falls from ~0.2 ms a GPU at 5 s to ~0.03 ms.
 RARE_READ_INTERVAL_S = 30.0
 _EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
-# A tick's readings of a GPU, in the order they are asked, around the slow ones (_slow_readings)
-_TICK_CALLS_BEFORE_SLOW: tuple[tuple[str, tuple[Any, ...]], ...] = (
+# A tick's readings of every GPU, in the order they are asked; then the slow ones (_slow_readings) and the
+# settled ones (gpumix/hw/nvml_settled.py: temperature, link generation, fan, memory clock, processes)
+_TICK_CALLS: tuple[tuple[str, tuple[Any, ...]], ...] = (
     ("nvmlDeviceGetUtilizationRates", ()), ("nvmlDeviceGetMemoryInfo", ()), ("nvmlDeviceGetPowerUsage", ()),
-    ("nvmlDeviceGetEnforcedPowerLimit", ()))
-_TICK_CALLS_AFTER_SLOW: tuple[tuple[str, tuple[Any, ...]], ...] = (
-    ("nvmlDeviceGetTemperature", (pynvml.NVML_TEMPERATURE_GPU,)), ("nvmlDeviceGetFanSpeed", ()),
-    ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,)), ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_MEM,)),
-    (_EVENT_REASONS, ()), ("nvmlDeviceGetCurrPcieLinkGeneration", ()), ("nvmlDeviceGetComputeRunningProcesses", ()))
+    ("nvmlDeviceGetEnforcedPowerLimit", ()), ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,)), (_EVENT_REASONS, ()))
 
 
 class _SlowRead(NamedTuple):
@@ -99,7 +103,7 @@ def _no_driver_message(error: BaseException) -> str:
     return f"no NVIDIA driver found (NVML: {error})"
 
 
-class NvmlBackend(NvmlPcie, NvmlTopology):
+class NvmlBackend(NvmlPcie, NvmlSettled, NvmlTopology):
     """Hardware backend over NVML. `nvml` defaults to pynvml; tests and the
     simulator pass an object with the same functions that raises the real
     pynvml error classes."""
@@ -143,6 +147,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         self._pcie_fallback_pool: CallPool | None = None
         self._slow_reads: dict[int, _SlowRead] = {}  # gpu -> its power-management limit and replay counter
         self._link_widths: dict[int, tuple[int | None, int | None, float]] = {}  # gpu -> (gen, width, read at)
+        self._settled: dict[int, SettledReading] = {}
         self._energy_j: dict[int, float] = {}
         self._last_sample_at: dict[int, float] = {}
 
@@ -237,7 +242,7 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
         if index in self._lost:
             sample.lost = True
             return sample
-        util, memory, power_mw, enforced_mw = self._guarded_calls(index, _TICK_CALLS_BEFORE_SLOW)
+        util, memory, power_mw, enforced_mw, clock_sm, reasons = self._guarded_calls(index, _TICK_CALLS)
         if util is not None:
             sample.util_gpu_pct = float(util.gpu)
             sample.util_mem_pct = float(util.memory)
@@ -246,13 +251,16 @@ class NvmlBackend(NvmlPcie, NvmlTopology):
             sample.mem_total_bytes = int(memory.total)
         sample.power_w = power_mw / 1000 if power_mw is not None else None
         sample.power_cap_enforced_w = enforced_mw / 1000 if enforced_mw is not None else None
-        sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index, enforced_mw)
-        (sample.temperature_c, sample.fan_pct, sample.clock_sm_mhz, sample.clock_mem_mhz, reasons,
-         gen, processes) = self._guarded_calls(index, _TICK_CALLS_AFTER_SLOW)
+        sample.clock_sm_mhz = clock_sm
         sample.clock_event_reasons = decode_clock_event_reasons(reasons) if reasons is not None else None
-        sample.pcie_link_gen_current = gen
-        sample.pcie_link_width_current = self._link_width(index, gen)
-        sample.processes = [GpuProcess(pid=int(p.pid), gpu_mem_bytes=p.usedGpuMemory) for p in processes or ()]
+        sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index, enforced_mw)
+        busy = util is None or util.gpu > 0 or util.memory > 0
+        settled = self._settled_reading(index, busy, sample.mem_used_bytes)
+        sample.temperature_c, sample.fan_pct, sample.clock_mem_mhz = (
+            settled.temperature_c, settled.fan_pct, settled.clock_mem_mhz)
+        sample.pcie_link_gen_current = settled.link_gen
+        sample.pcie_link_width_current = self._link_width(index, settled.link_gen)
+        sample.processes = self._processes(settled)
         sample.energy_j = self._integrate_energy(index, sample.power_w)
         if index in self._lost:  # lost during this tick
             return GpuSample(index=index, uuid=info.uuid, timestamp_s=sample.timestamp_s, lost=True)
