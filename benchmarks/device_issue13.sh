@@ -27,6 +27,7 @@
 #           (benchmarks/process_listing_check.py); the GPU's reading with session 12's tree (.whl/tree_s12:
 #           `bash benchmarks/tree_at.sh f5a9d2f .whl/tree_s12`) and this one's in ABBA order over 30 ticks, idle
 #           and busy; the hub's CPU per tick on the GPU with 0 and 10 ranks, session 12's tree then this one's.
+#   PART=s13b: the process listing check alone; the dashboard against nvitop at 160x48, idle then busy.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -204,6 +205,17 @@ if [ "$PART" = s13 ]; then  # session 13: the settled readings, listed right and
       --tick-seconds 20 --tick-warmup 3 --hub-command "$hub_py -m gpumix.cli.main hub --interval 1 $SRC" \
       --out "$WORK/hub_tick_gpu_$tree.json"
   done
+fi
+
+if [ "$PART" = s13b ]; then  # session 13: the process listing check; the dashboard against nvitop, idle and busy
+  [ "$DRY" != 1 ] && step 60 "CUDA processes listed against raw NVML" $PY "$REPO/benchmarks/process_listing_check.py" \
+    --out "$WORK/process_listing_check.json"
+  step 100 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label idle-160x48 \
+    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  start_load 150
+  step 110 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
+    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  stop_load
 fi
 
 if [ "$PART" = s12busy ]; then  # session 12: the dashboard against nvitop at 160x48 with the GPU busy

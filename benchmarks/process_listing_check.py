@@ -43,6 +43,7 @@ def main() -> None:
 
     backend = NvmlBackend()
     handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    gpu_name = pynvml.nvmlDeviceGetName(handle)  # before close(): it shuts NVML down
     # (start at tick, argv): a process alone, a second while the first runs, one that allocates again halfway
     plan = {2: [str(args.alloc_mib), "6"], 5: [str(args.alloc_mib), "4"], 14: [str(args.alloc_mib), "4", "512"]}
     children: list[subprocess.Popen[bytes]] = []
@@ -76,7 +77,7 @@ def main() -> None:
                           and pid not in t["gpumix_pids"]), None)
         lags[str(pid)] = {"listed_lag_ticks": None if first_ours is None else first_ours - first_nvml,
                           "dropped_lag_ticks": None if gone_nvml is None or gone_ours is None else gone_ours - gone_nvml}
-    result = {"command": "python " + " ".join(sys.argv), "gpu": pynvml.nvmlDeviceGetName(handle),
+    result = {"command": "python " + " ".join(sys.argv), "gpu": gpu_name,
               "ticks_compared": len(ticks), "ticks_that_differ": differ,
               "ticks_whose_process_memory_differs": differ_mem, "processes_seen_by_nvml": len(seen_by_nvml),
               "lag_by_pid": lags, "ticks": ticks}
