@@ -17,8 +17,8 @@ The planner, end to end: the equal split runs; a real Hub (over the simulated ri
 receives each rank's steps from the world, noise and loader stalls included, as the agent would send
 them; `plan_from_snapshot` plans from the hub's snapshot; the job "restarts" into the plan (the hub
 carries each rank's operating point across, as for a relaunched process); it is measured again; and
-so on, as `gpumix run --auto-replan` would: a restart only into a plan predicted at least
-AutoReplan.min_speedup (1.05x) faster, at most AutoReplan.max_restarts (3) restarts.
+so on. Each restart is decided by the product's own `AutoReplan.propose`, as `gpumix run --auto-replan`
+decides it (settle_steps 0: a phase is 30 steps and read whole), so a rule inside it shows here too.
 
 Power. The split in force (the planner's), a budget of 85 % of the stock caps (a rig's own budget
 where it has one): `fit_to_budget` from the hub's snapshot against the best caps under the budget
@@ -55,7 +55,7 @@ from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
 from gpumix.plan.inputs import plan_from_snapshot
 from gpumix.power.budget import fit_to_budget
 from gpumix.power.profile import DEFAULT_STEP_SHARE, DEFAULT_STEPS, profile_steps
-from gpumix.run.auto_replan import AutoReplan
+from gpumix.run.auto_replan import CHECK_S, AutoReplan
 from gpumix.sim import job_model
 from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig, parse_rig
 from gpumix.sim.world import World
@@ -257,26 +257,33 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float | None) -> dict[str, Any]
 
     job = Job.start(rig)
     job.run(counts, micro, stock)
-    plans = []
+    plans: list[dict[str, Any]] = []
     restarts = 0
-    for _ in range(POLICY.max_restarts + 1):
-        _, plan = plan_from_snapshot(job.hub.snapshot(), "bench", granularity=GRANULARITY)
-        if plan.kept_current or not plan.speedup >= POLICY.min_speedup or restarts >= POLICY.max_restarts:
-            plans.append({"kept_current": plan.kept_current, "speedup": plan.speedup})
+    auto = AutoReplan(settle_steps=0)
+    while True:
+        # the hub's clock, each look CHECK_S after the last as the supervisor's (a phase may be shorter)
+        look_s = job.clock.now_s + CHECK_S * len(plans)
+        proposal = auto.propose(job.hub.snapshot(), "bench", 0, GRANULARITY, look_s)
+        if proposal is None:  # the plan behind a "kept", read again for the record only
+            _, plan = plan_from_snapshot(job.hub.snapshot(), "bench", granularity=GRANULARITY)
+            outcome = "no restarts left" if auto.proposed >= auto.max_restarts else auto.last_outcome
+            plans.append({"kept_current": plan.kept_current, "speedup": plan.speedup, "outcome": outcome})
             break
-        counts = [r.samples for r in plan.ranks]
-        micro = [r.micro_batch for r in plan.ranks]
+        ranks = sorted(proposal["ranks"], key=lambda r: r["rank"])
+        counts, micro = [r["samples"] for r in ranks], [r["micro_batch"] for r in ranks]
         measured = job.run(counts, micro, stock)
         restarts += 1
         mean = world.mean_step(counts, stock, micro)
-        mean_s = mean.step_s
-        # the step's two parts, the model's against the world's mean (what a prediction error is made of)
-        parts = {"predicted_compute_s": plan.proposed.compute_s, "predicted_comm_s": plan.proposed.allreduce_s,
-                 "world_mean_compute_s": max(mean.compute_s), "world_mean_comm_s": mean.comm_wait_s}
-        plans.append({"counts": counts, "predicted_step_s": plan.proposed.step_time_s, **parts,
-                      "measured_step_s": measured["measured_step_s"], "world_mean_step_s": mean_s,
-                      "prediction_error": abs(plan.proposed.step_time_s - measured["measured_step_s"])
-                      / measured["measured_step_s"]})
+        # the step's two parts, the model's against the world's mean (what a prediction error is made of);
+        # none where the proposal is a split measured before (no prediction: auto re-plan's step back)
+        predicted = proposal.get("proposed") or {}
+        parts = {"predicted_step_s": predicted["step_time_s"], "predicted_compute_s": predicted["compute_s"],
+                 "predicted_comm_s": predicted["allreduce_s"]} if predicted else {"note": proposal.get("note")}
+        plans.append({"counts": counts, **parts, "world_mean_compute_s": max(mean.compute_s),
+                      "world_mean_comm_s": mean.comm_wait_s, "measured_step_s": measured["measured_step_s"],
+                      "world_mean_step_s": mean.step_s,
+                      **({"prediction_error": abs(predicted["step_time_s"] - measured["measured_step_s"])
+                          / measured["measured_step_s"]} if predicted else {})})
     final_s = step_s(world, counts, stock, micro)
     gain_oracle = equal_s / oracle["step_s"] - 1
     share = (equal_s / final_s - 1) / gain_oracle if gain_oracle > 1e-9 else 1.0
