@@ -38,19 +38,21 @@ class OldBackend(NvmlBackend):
         sample.power_w = power_mw / 1000 if power_mw is not None else None
         enforced_mw = call(index, "nvmlDeviceGetEnforcedPowerLimit")
         sample.power_cap_enforced_w = enforced_mw / 1000 if enforced_mw is not None else None
-        # session 13: the SM clock and the event reasons are asked with the first readings, the settled ones
-        # (gpumix/hw/nvml_settled.py) after the slow ones; at a 1 s slow interval they are asked every tick
+        # session 13: the clocks, the event reasons and the link generation are asked with the first readings,
+        # the settled ones (gpumix/hw/nvml_settled.py) after the slow ones; at a 1 s slow interval every tick
         sample.clock_sm_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_SM)
+        sample.clock_mem_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM)
         reasons = call(index, "nvmlDeviceGetCurrentClocksEventReasons")
         if reasons is None:
             reasons = call(index, "nvmlDeviceGetCurrentClocksThrottleReasons")
         sample.clock_event_reasons = decode_clock_event_reasons(reasons) if reasons is not None else None
+        sample.pcie_link_gen_current = call(index, "nvmlDeviceGetCurrPcieLinkGeneration")
         sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index, enforced_mw)
         sample.temperature_c = call(index, "nvmlDeviceGetTemperature", pynvml.NVML_TEMPERATURE_GPU)
-        sample.pcie_link_gen_current = call(index, "nvmlDeviceGetCurrPcieLinkGeneration")
         sample.fan_pct = call(index, "nvmlDeviceGetFanSpeed")
-        sample.clock_mem_mhz = call(index, "nvmlDeviceGetClockInfo", pynvml.NVML_CLOCK_MEM)
-        processes = call(index, "nvmlDeviceGetComputeRunningProcesses") or []
+        processes = call(index, "nvmlDeviceGetComputeRunningProcesses")
+        lists = self.__dict__.setdefault("_reference_lists", {})  # session 13: a failed read keeps the last list
+        processes = lists[index] = processes if processes is not None else lists.get(index, [])
         # session 11: the width is asked when the generation changes or on the rare schedule, after the processes
         widths = self.__dict__.setdefault("_reference_widths", {})
         known, now = widths.get(index), self._clock()

@@ -14,9 +14,8 @@ schedule; total energy costs 3.7 ms, so energy is integrated from power.
 
 Asked once a second, a cheap getter costs 50-60 µs of CPU on an H100 (1.5 µs back to back: session 12,
 `benchmarks/nvml_call_costs.py`); so what seldom moves is read seldom: the power-management limit, replay
-counter and link width every 30 s and on a sign (`_slow_readings`, `_link_width`), the temperature, fan,
-memory clock, link generation and processes every 5 s and when the GPU's activity changes
-(`gpumix.hw.nvml_settled`).
+counter and link width every 30 s and on a sign (`_slow_readings`, `_link_width`), the temperature, fan
+and processes every 5 s and when the GPU's activity changes (`gpumix.hw.nvml_settled`).
 
 The guarded reads are here; PCIe throughput is `gpumix.hw.nvml_pcie`, P2P and NVLink
 `gpumix.hw.nvml_topology` (parts of NvmlBackend).
@@ -64,10 +63,12 @@ _PERMANENT_ERRORS = (
 RARE_READ_INTERVAL_S = 30.0
 _EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
 # A tick's readings of every GPU, in the order they are asked; then the slow ones (_slow_readings) and the
-# settled ones (gpumix/hw/nvml_settled.py: temperature, link generation, fan, memory clock, processes)
+# settled ones (gpumix/hw/nvml_settled.py: temperature, fan, processes)
 _TICK_CALLS: tuple[tuple[str, tuple[Any, ...]], ...] = (
     ("nvmlDeviceGetUtilizationRates", ()), ("nvmlDeviceGetMemoryInfo", ()), ("nvmlDeviceGetPowerUsage", ()),
-    ("nvmlDeviceGetEnforcedPowerLimit", ()), ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,)), (_EVENT_REASONS, ()))
+    ("nvmlDeviceGetEnforcedPowerLimit", ()), ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_SM,)),
+    ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_MEM,)), (_EVENT_REASONS, ()),
+    ("nvmlDeviceGetCurrPcieLinkGeneration", ()))
 
 
 class _SlowRead(NamedTuple):
@@ -242,7 +243,7 @@ class NvmlBackend(NvmlPcie, NvmlSettled, NvmlTopology):
         if index in self._lost:
             sample.lost = True
             return sample
-        util, memory, power_mw, enforced_mw, clock_sm, reasons = self._guarded_calls(index, _TICK_CALLS)
+        util, memory, power_mw, enforced_mw, clock_sm, clock_mem, reasons, gen = self._guarded_calls(index, _TICK_CALLS)
         if util is not None:
             sample.util_gpu_pct = float(util.gpu)
             sample.util_mem_pct = float(util.memory)
@@ -251,15 +252,14 @@ class NvmlBackend(NvmlPcie, NvmlSettled, NvmlTopology):
             sample.mem_total_bytes = int(memory.total)
         sample.power_w = power_mw / 1000 if power_mw is not None else None
         sample.power_cap_enforced_w = enforced_mw / 1000 if enforced_mw is not None else None
-        sample.clock_sm_mhz = clock_sm
+        sample.clock_sm_mhz, sample.clock_mem_mhz = clock_sm, clock_mem
         sample.clock_event_reasons = decode_clock_event_reasons(reasons) if reasons is not None else None
         sample.power_cap_w, sample.pcie_replay_count = self._slow_readings(index, enforced_mw)
         busy = util is None or util.gpu > 0 or util.memory > 0
         settled = self._settled_reading(index, busy, sample.mem_used_bytes)
-        sample.temperature_c, sample.fan_pct, sample.clock_mem_mhz = (
-            settled.temperature_c, settled.fan_pct, settled.clock_mem_mhz)
-        sample.pcie_link_gen_current = settled.link_gen
-        sample.pcie_link_width_current = self._link_width(index, settled.link_gen)
+        sample.temperature_c, sample.fan_pct = settled.temperature_c, settled.fan_pct
+        sample.pcie_link_gen_current = gen
+        sample.pcie_link_width_current = self._link_width(index, gen)
         sample.processes = self._processes(settled)
         sample.energy_j = self._integrate_energy(index, sample.power_w)
         if index in self._lost:  # lost during this tick

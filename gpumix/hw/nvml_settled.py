@@ -1,20 +1,22 @@
 """A GPU's readings that seldom move, asked when something says they may have (issue 13), a part of NvmlBackend.
 
 In an H100's tick (session 12, `hub_gpu_reading_*_h100_s12`) the process list cost 36 µs idle and 191 µs
-busy, the temperature, memory clock and link generation 6-24 µs each: about 0.07 ms of an idle GPU's
-0.72 ms reading and 0.2 ms of a busy one's 2.2 ms, for values that hold still for minutes. So:
+busy, the temperature 16-24 µs, for values that hold still for minutes. So:
 
-- the fan, the memory clock and the process list are read on the slow interval (5 s), and at once when
-  the GPU's activity changes: busy <-> idle (utilization), or its memory in use moves by a MiB or more,
-  which a process starting, ending or allocating does;
-- the temperature and the link generation are read every tick while the GPU is busy (a warming card, a
-  link that retrains under load), with the others when idle;
+- the fan and the process list are read on the slow interval (5 s), and at once when the GPU's activity
+  changes: busy <-> idle (utilization), or its memory in use moves by a MiB or more, which a process
+  starting, ending or allocating does; and once more the tick after (NVML may list a process a moment
+  after its memory shows);
+- the temperature is read every tick while the GPU is busy (a warming card), with the others when idle;
 - the hub asks for all of them on the next tick when a training rank connects or leaves
   (`forget_settled_readings`): its process may come or go before its memory shows.
 
-Between reads a sample carries the last values. The PCIe reading's waking signs (`nvml_pcie._signs`: the
-link generation, the clocks, power) still see a GPU that wakes: the SM clock and power are read every
-tick, and a wake moves its utilization, which brings every reading here at once.
+Between reads a sample carries the last values; a reading that failed for now is asked again the next
+tick (the process list keeps its last value meanwhile, not an empty one). The link generation and the
+memory clock stay every-tick readings (6-13 µs each): with the SM clock and power they are the PCIe
+reading's waking signs (`nvml_pcie._signs`), which must see a copy that moves no utilization.
+What it costs: an idle GPU's temperature and fan are up to 5 s old, and a process that starts with no
+memory of its own, not a gpumix rank, is listed within 5 s.
 """
 
 from __future__ import annotations
@@ -28,20 +30,16 @@ from gpumix.hw.types import GpuProcess
 
 _MIB = 1 << 20
 # asked every tick while busy, otherwise with the settled ones
-_BUSY_CALLS: tuple[tuple[str, tuple[Any, ...]], ...] = (
-    ("nvmlDeviceGetTemperature", (pynvml.NVML_TEMPERATURE_GPU,)), ("nvmlDeviceGetCurrPcieLinkGeneration", ()))
+_BUSY_CALLS: tuple[tuple[str, tuple[Any, ...]], ...] = (("nvmlDeviceGetTemperature", (pynvml.NVML_TEMPERATURE_GPU,)),)
 _SETTLED_CALLS: tuple[tuple[str, tuple[Any, ...]], ...] = (
-    ("nvmlDeviceGetFanSpeed", ()), ("nvmlDeviceGetClockInfo", (pynvml.NVML_CLOCK_MEM,)),
-    ("nvmlDeviceGetComputeRunningProcesses", ()))
+    ("nvmlDeviceGetFanSpeed", ()), ("nvmlDeviceGetComputeRunningProcesses", ()))
 
 
 class SettledReading(NamedTuple):
     """A GPU's seldom-moving readings as last read, and the activity they were read at."""
 
     temperature_c: float | None
-    link_gen: int | None
     fan_pct: float | None
-    clock_mem_mhz: float | None
     processes: tuple[tuple[int, int | None], ...]  # (pid, GPU memory bytes) as NVML listed them
     read_at_s: float
     busy: bool
@@ -55,26 +53,38 @@ def _moved(then_bytes: int | None, now_bytes: int | None) -> bool:
 
 
 class NvmlSettled:
-    """The seldom readings' schedule (uses NvmlBackend's `_guarded_calls`, `_clock`, `_slow_interval_s`)."""
+    """The seldom readings' schedule (uses NvmlBackend's `_guarded_calls`, `_clock`, `_slow_interval_s`,
+    `unsupported`, `_lost`)."""
 
     _guarded_calls: Callable[[int, tuple[tuple[str, tuple[Any, ...]], ...]], list[Any]]
     _clock: Callable[[], float]
     _slow_interval_s: float
     _settled: dict[int, SettledReading]  # gpu -> its seldom readings as last read
+    unsupported: dict[tuple[int, str], str]
+    _lost: set[int]
 
     def _settled_reading(self, index: int, busy: bool, mem_used_bytes: int | None) -> SettledReading:
-        """This tick's seldom readings of GPU `index`: read (all, or the busy pair) or carried."""
+        """This tick's seldom readings of GPU `index`: read (all, or the temperature while busy) or carried."""
         now = self._clock()
         known = self._settled.get(index)
-        if (known is None or now - known.read_at_s >= self._slow_interval_s or known.busy != busy
-                or _moved(known.mem_used_bytes, mem_used_bytes)):
-            temperature, gen, fan, clock_mem, processes = self._guarded_calls(index, _BUSY_CALLS + _SETTLED_CALLS)
-            listed = tuple((int(p.pid), p.usedGpuMemory) for p in processes or ())
-            known = self._settled[index] = SettledReading(
-                temperature, gen, fan, clock_mem, listed, now, busy, mem_used_bytes)
+        moved = known is not None and (known.busy != busy or _moved(known.mem_used_bytes, mem_used_bytes))
+        if known is None or moved or now - known.read_at_s >= self._slow_interval_s:
+            calls = _BUSY_CALLS + _SETTLED_CALLS
+            values = self._guarded_calls(index, calls)
+            temperature, fan, processes = values
+            if processes is not None:
+                listed = tuple((int(p.pid), p.usedGpuMemory) for p in processes)
+            else:  # not read: the last list, not an empty one (a process may be moving data)
+                listed = known.processes if known is not None else ()
+            # asked again next tick: after a move (NVML may list a process a moment after its memory shows),
+            # or where a reading failed for now (not unsupported), not in a slow interval
+            failed = index not in self._lost and any(value is None and (index, name) not in self.unsupported
+                                                     for value, (name, _) in zip(values, calls, strict=True))
+            read_at_s = now - self._slow_interval_s if moved or failed else now
+            known = self._settled[index] = SettledReading(temperature, fan, listed, read_at_s, busy, mem_used_bytes)
         elif busy:
-            temperature, gen = self._guarded_calls(index, _BUSY_CALLS)
-            known = self._settled[index] = known._replace(temperature_c=temperature, link_gen=gen)
+            temperature, = self._guarded_calls(index, _BUSY_CALLS)
+            known = self._settled[index] = known._replace(temperature_c=temperature)
         return known
 
     def forget_settled_readings(self) -> None:
