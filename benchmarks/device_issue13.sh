@@ -26,7 +26,8 @@
 #   PART=s13: the settled readings (gpumix/hw/nvml_settled.py): CUDA processes listed against raw NVML's list
 #           (benchmarks/process_listing_check.py); the GPU's reading with session 12's tree (.whl/tree_s12:
 #           `bash benchmarks/tree_at.sh f5a9d2f .whl/tree_s12`) and this one's in ABBA order over 30 ticks, idle
-#           and busy; the hub's CPU per tick on the GPU with 0 and 10 ranks, session 12's tree then this one's.
+#           and busy; the hub's CPU per tick on the GPU with 0 and 10 ranks, session 12's tree then this one's
+#           (HUBTICK=0: not the hub's).
 #   PART=s13b: the process listing check alone; the dashboard against nvitop at 160x48, idle then busy.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
@@ -199,7 +200,7 @@ if [ "$PART" = s13 ]; then  # session 13: the settled readings, listed right and
   start_load 200
   reading before busy_before_1; reading after busy_after_1; reading after busy_after_2; reading before busy_before_2
   stop_load
-  for tree in before after; do
+  for tree in $([ "${HUBTICK:-1}" = 1 ] && echo before after); do
     hub_py="$PY"; [ "$tree" = before ] && hub_py="env PYTHONPATH=$REPO/.whl/tree_s12:$SITE $PY -P"
     step 70 "hub CPU per tick, this machine's GPU, $tree" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
       --tick-seconds 20 --tick-warmup 3 --hub-command "$hub_py -m gpumix.cli.main hub --interval 1 $SRC" \
