@@ -15,8 +15,9 @@ from collections.abc import Sequence
 LINK_EFFICIENCY_PRIOR = 0.8
 
 # What one more pass of forward and backward costs beyond its samples' tiles (kernel launches, the
-# framework's per-call work), in samples of compute: the planner splits a count into more, smaller
-# passes only where that saves more tiles than this (not measured; the simulated world has no such cost).
+# framework's per-call work), in samples of compute, at most: not measured (a step's points cannot tell it
+# from the fixed cost), and the simulated world has no such cost. memory.factorize weighs a split at 0 and
+# at this where the tile is told or learned, and at this alone where it is only assumed.
 PASS_COST_PRIOR_SAMPLES = 1.0
 
 
