@@ -29,6 +29,8 @@
 #           and busy; the hub's CPU per tick on the GPU with 0 and 10 ranks, session 12's tree then this one's
 #           (HUBTICK=0: not the hub's).
 #   PART=s13b: the process listing check alone; the dashboard against nvitop at 160x48, idle then busy.
+#   PART=s13agent: the agent's 1 ms steps (CUDA loss) in 6 ABBA pairs without and with a live hub; DDP (one rank,
+#           NCCL) with and without the agent in 5 pairs.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -217,6 +219,15 @@ if [ "$PART" = s13b ]; then  # session 13: the process listing check; the dashbo
   step 110 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
     --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
   stop_load
+fi
+
+if [ "$PART" = s13agent ]; then  # session 13: the agent's per-step cost with and without a live hub; DDP paired
+  step 200 "agent per step, 1 ms steps, CUDA loss, 6 ABBA pairs" $PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda \
+    --case both --pairs 6 --steps 5000 --body-us 1000 --out "$WORK/agent_calls_1ms.json"
+  start_hub ddp
+  step 220 "DDP step with and without the agent, paired" $PY "$REPO/benchmarks/bench_agent_overhead.py" --gpus 1 --pairs 5 \
+    --steps 300 --hub "$WORK/run/gpumix/hub.sock" --out "$WORK/ddp_agent_overhead.json"
+  stop_hub
 fi
 
 if [ "$PART" = s12busy ]; then  # session 12: the dashboard against nvitop at 160x48 with the GPU busy
