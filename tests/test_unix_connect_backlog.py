@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpumix.wire.auth import open_socket
+from gpumix.wire.paths import hub_answers
 
 
 @pytest.fixture
@@ -68,3 +69,15 @@ def test_a_backlog_that_stays_full_still_fails_within_its_timeout(full_listener:
     _, path = full_listener
     with pytest.raises(BlockingIOError):
         open_socket(path, timeout_s=0.2)
+
+
+def test_a_hub_whose_backlog_is_full_still_answers(full_listener: tuple[socket.socket, str]) -> None:
+    """The one-shots' probe (`hub_answers`) too: a busy hub is not taken for none (it then read NVML itself)."""
+    listener, path = full_listener
+    timer = threading.Timer(0.2, lambda: listener.accept()[0].close())
+    timer.start()
+    try:
+        assert hub_answers(path, timeout_s=5.0)
+    finally:
+        timer.join(10)
+    assert not hub_answers(path + ".none", timeout_s=0.2)

@@ -7,6 +7,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+from gpumix.wire.unix_connect import connect_unix
+
 HUB_ENV = "GPUMIX_HUB"  # a socket path, or tcp://HOST:PORT
 
 
@@ -31,7 +33,7 @@ def hub_answers(path: str, timeout_s: float = 0.5) -> bool:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(timeout_s)
     try:
-        probe.connect(path)
+        connect_unix(probe, path, timeout_s)  # a full backlog is a busy hub, not an absent one
         return True
     except OSError:
         return False
