@@ -62,6 +62,7 @@ _PERMANENT_ERRORS = (
 # the generation moves). Their share of a 1 s tick falls from ~0.2 ms a GPU at 5 s to ~0.03 ms.
 RARE_READ_INTERVAL_S = 30.0
 _EVENT_REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
+_SLOW_CALLS = ("nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetPcieReplayCounter")  # _slow_readings, in order
 # A tick's readings of every GPU, in the order they are asked; then the slow ones (_slow_readings) and the
 # settled ones (gpumix/hw/nvml_settled.py: temperature, fan, processes)
 _TICK_CALLS: tuple[tuple[str, tuple[Any, ...]], ...] = (
@@ -175,6 +176,11 @@ class NvmlBackend(NvmlPcie, NvmlSettled, NvmlTopology):
         except pynvml.NVMLError:
             pass  # transient (Timeout, Unknown): ask again next tick
         return None
+
+    def _failed_for_now(self, index: int, names: tuple[str, ...], values: list[Any]) -> bool:
+        """Whether a reading of these calls gave None for now: not unsupported (remembered), GPU not lost."""
+        return index not in self._lost and any(
+            value is None and (index, name) not in self.unsupported for name, value in zip(names, values, strict=True))
 
     def forget_slow_readings(self, index: int) -> None:
         """Re-read the power limit on the next tick (after a cap was changed)."""
@@ -301,11 +307,8 @@ class NvmlBackend(NvmlPcie, NvmlSettled, NvmlTopology):
         known = self._slow_reads.get(index)
         if known is None or now >= known.due_at_s or (
                 enforced_mw != known.enforced_mw and now - known.read_at_s >= self._slow_interval_s):
-            limit_mw = self._call(index, "nvmlDeviceGetPowerManagementLimit")
-            replays = self._call(index, "nvmlDeviceGetPcieReplayCounter")
-            failed_for_now = any(value is None and (index, name) not in self.unsupported and index not in self._lost
-                                 for value, name in ((limit_mw, "nvmlDeviceGetPowerManagementLimit"),
-                                                     (replays, "nvmlDeviceGetPcieReplayCounter")))
+            limit_mw, replays = values = [self._call(index, name) for name in _SLOW_CALLS]
+            failed_for_now = self._failed_for_now(index, _SLOW_CALLS, values)
             known = self._slow_reads[index] = _SlowRead(
                 limit_w=limit_mw / 1000 if limit_mw is not None else None, replays=replays, read_at_s=now,
                 due_at_s=now + (self._slow_interval_s if failed_for_now else self._rare_interval_s),

@@ -53,15 +53,14 @@ def _moved(then_bytes: int | None, now_bytes: int | None) -> bool:
 
 
 class NvmlSettled:
-    """The seldom readings' schedule (uses NvmlBackend's `_guarded_calls`, `_clock`, `_slow_interval_s`,
-    `unsupported`, `_lost`)."""
+    """The seldom readings' schedule (uses NvmlBackend's `_guarded_calls`, `_failed_for_now`, `_clock`,
+    `_slow_interval_s`)."""
 
     _guarded_calls: Callable[[int, tuple[tuple[str, tuple[Any, ...]], ...]], list[Any]]
     _clock: Callable[[], float]
     _slow_interval_s: float
     _settled: dict[int, SettledReading]  # gpu -> its seldom readings as last read
-    unsupported: dict[tuple[int, str], str]
-    _lost: set[int]
+    _failed_for_now: Callable[[int, tuple[str, ...], list[Any]], bool]
 
     def _settled_reading(self, index: int, busy: bool, mem_used_bytes: int | None) -> SettledReading:
         """This tick's seldom readings of GPU `index`: read (all, or the temperature while busy) or carried."""
@@ -78,8 +77,7 @@ class NvmlSettled:
                 listed = known.processes if known is not None else ()
             # asked again next tick: after a move (NVML may list a process a moment after its memory shows),
             # or where a reading failed for now (not unsupported), not in a slow interval
-            failed = index not in self._lost and any(value is None and (index, name) not in self.unsupported
-                                                     for value, (name, _) in zip(values, calls, strict=True))
+            failed = self._failed_for_now(index, tuple(name for name, _ in calls), values)
             read_at_s = now - self._slow_interval_s if moved or failed else now
             known = self._settled[index] = SettledReading(temperature, fan, listed, read_at_s, busy, mem_used_bytes)
         elif busy:
