@@ -11,7 +11,14 @@ import pytest
 from gpumix.demo.launch import pace
 from gpumix.model.priors import power_factor_prior
 from gpumix.sim.rig import load_builtin_rig, parse_rig
-from gpumix.sim.world import DEFAULT_HOST_MEMORY_BYTES_PER_S, PHYSICS, World, throughput_share
+from gpumix.sim.world import (
+    DEFAULT_HOST_MEMORY_BYTES_PER_S,
+    PASS_FLOOR_S,
+    PASS_OVERHEAD_S,
+    PHYSICS,
+    World,
+    throughput_share,
+)
 
 
 def test_the_3090_follows_the_published_points_not_the_prior() -> None:
@@ -37,6 +44,27 @@ def test_compute_climbs_in_stairs_of_whole_waves_over_a_fixed_cost() -> None:
     assert world.compute_s(gpu, 17) > world.compute_s(gpu, 16) * 1.1
     assert world.compute_s(gpu, 64) < 2 * world.compute_s(gpu, 32)  # the fixed cost: not proportional
     assert world.fixed_s(0) > world.fixed_s(3)  # the 3060's optimizer step is slower (360 vs 936 GB/s)
+
+
+def test_each_pass_costs_its_overhead_and_at_least_the_floor() -> None:
+    """Measured on an H100 (benchmarks/pass_cost_probe.py): a pass costs ~5 ms beyond its samples and
+    never less than the host's launches; the world had charged passes nothing."""
+    world = World(load_builtin_rig("mixed-10"))
+    gpu = 3  # an RTX 3090: waves of 8 samples
+    one_pass = world.compute_s(gpu, 96)
+    # the same 12 waves in 2, 3 and 4 passes: each extra pass costs the overhead
+    for passes in (2, 3, 4):
+        extra = world.compute_s(gpu, 96, micro_batch=96 // passes) - one_pass
+        assert extra == pytest.approx((passes - 1) * PASS_OVERHEAD_S)
+    # 88 as 11 x 8 is 11 waves against 2 x 44's 12, and still the slower: nine more passes
+    assert world.compute_s(gpu, 88, micro_batch=8) > world.compute_s(gpu, 88, micro_batch=44)
+    # a card five times a 3090 (a model of the rig's own) computes a wave in 4 ms: its passes wait
+    # for their launches, the floor
+    fast = World(parse_rig('name = "t"\n[models.fast]\nname = "Fast"\nmem_gib = 24\ntdp_w = 300\n'
+                           'power_limit_min_w = 100\npower_limit_max_w = 300\npcie_gen = 4\npcie_width = 16\n'
+                           'relative_speed = 5\n'
+                           '[[gpus]]\nmodel = "fast"\nslot_width = 16\n', "t.toml"))
+    assert fast.compute_s(0, 16, micro_batch=8) == pytest.approx(fast.fixed_s(0) + 2 * PASS_FLOOR_S)
 
 
 def _rig(host_gb_s: float | None, slot_width: int = 16, count: int = 8) -> World:

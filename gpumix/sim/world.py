@@ -37,6 +37,14 @@ BASE_SAMPLES_PER_S = 400.0
 # written): 717 MB per step, at the card's memory bandwidth, plus ~200 kernel launches of ~5 us.
 OPTIMIZER_BYTES = 28 * 25_600_000
 LAUNCH_OVERHEAD_S = 0.001
+# A pass (forward and backward of one micro-batch) costs more than its samples' compute, and never less
+# than the host takes to launch its kernels: measured on an H100 training ResNet-50 in eager PyTorch
+# under bf16 autocast, 72 steps of 1 to 36 passes (benchmarks/pass_cost_probe.py, fitted by
+# pass_cost_fit.py: benchmarks/results/pass_cost_fit_h100_s14_2026-12-06.json): 5.0 ms a pass beyond
+# its samples, at least 23 ms a pass (fp32: 5.4 and 20 ms). The host's cost is taken to be the same
+# beside a GeForce card (assumed: a desktop CPU may launch faster).
+PASS_OVERHEAD_S = 0.005
+PASS_FLOOR_S = 0.023
 
 # -- links and host memory -----------------------------------------------------------------------
 # Host<->device copies reached 24-27 of 31.5 GB/s on gen4 x16 RTX 4090s (design notes, section 6):
@@ -223,15 +231,17 @@ class World:
         return LAUNCH_OVERHEAD_S + OPTIMIZER_BYTES / self.physics[index].memory_bytes_per_s
 
     def compute_s(self, index: int, samples: int, cap_w: float | None = None, micro_batch: int | None = None) -> float:
-        """Mean compute seconds of one step: a fixed cost plus whole waves of tiles in each
-        micro-batch (accumulation: samples // micro_batch passes, and one for the rest)."""
+        """Mean compute seconds of one step: a fixed cost plus, for each micro-batch (accumulation:
+        samples // micro_batch passes, and one for the rest), its whole waves of tiles and the pass's
+        overhead, never under the pass's floor."""
         if samples <= 0:
             return 0.0
         wave = self.physics[index].wave_samples
         micro = min(samples, micro_batch) if micro_batch and micro_batch > 0 else samples
         passes = [micro] * (samples // micro) + ([samples % micro] if samples % micro else [])
-        waves = sum(math.ceil(n / wave) for n in passes)
-        return self.fixed_s(index) + waves * wave / self.speed(index, cap_w)
+        wave_s = wave / self.speed(index, cap_w)
+        return self.fixed_s(index) + sum(max(PASS_FLOOR_S, math.ceil(n / wave) * wave_s + PASS_OVERHEAD_S)
+                                         for n in passes)
 
     def allreduce_s(self, taking_part: Sequence[int]) -> float:
         """The all-reduce through host memory over these GPUs: paced by the slowest link, or by host
