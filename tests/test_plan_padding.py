@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from gpumix.model import priors
 from gpumix.plan.lattice import LATTICE_TOLERANCE
 from gpumix.plan.padding import open_tiles, with_possible_stairs
 from gpumix.plan.planner import PlanRequest, RankMeasure, plan, plan_to_json
 
 HUGE_LINK = 1e15  # comm ~ 0: compute alone decides
+
+
+@pytest.fixture(autouse=True)
+def _no_pass_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These examples are worked by hand for the tiles left open, with passes that cost nothing; the measured pass
+    cost has its own tests (tests/test_plan_s14_pass_cost.py)."""
+    monkeypatch.setattr(priors, "PASS_COST_PRIOR_S", 0.0)
+
 
 
 def rank(index: int, tier: str, samples: int, compute_s: float,

@@ -11,10 +11,13 @@ import json
 import math
 from typing import Any
 
+import pytest
+
 from gpumix.cli.main import build_parser
 from gpumix.cli.plan import run_plan_command
 from gpumix.hub import Hub
 from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
+from gpumix.model import priors
 from gpumix.model.step_model import BUCKET_BYTES_PRIOR
 
 GPUS = (0, 3)  # the demo rig's first 3060 (cap 170 W) and first 3090 (cap 350 W)
@@ -24,6 +27,14 @@ GRADIENT_BYTES = 2 * BUCKET_BYTES_PRIOR  # two buckets: the first ends at half t
 # Each card measured at one cap below stock as well (`power_points`): the 3060 at 120 W 5 % slower, the
 # 3090 at 200 W 60 % slower; between two caps the seconds are interpolated on a line.
 POWER_POINTS = ((120.0, 0.17 * 1.05), (200.0, 0.22 * 1.6))
+
+
+@pytest.fixture(autouse=True)
+def _no_pass_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These examples are worked by hand for the joint offer's wait, with passes that cost nothing; the
+    measured pass cost has its own tests (tests/test_plan_s14_pass_cost.py)."""
+    monkeypatch.setattr(priors, "PASS_COST_PRIOR_S", 0.0)
+
 
 
 def first_bucket_allreduce_s() -> float:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from gpumix.model import priors
 from gpumix.plan.lattice import LATTICE_TOLERANCE, measured_lattice
 from gpumix.plan.padding import with_possible_stairs
 from gpumix.plan.planner import plan
@@ -19,6 +20,14 @@ from gpumix.plan.split_types import Deadline, PlanRequest, RankMeasure
 
 HUGE_LINK = 1e15  # comm ~ 0: compute alone decides
 SWEEP_CASES = 700
+
+
+@pytest.fixture(autouse=True)
+def _no_pass_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These examples are worked by hand for the measured lattice, with passes that cost nothing; the
+    measured pass cost has its own tests (tests/test_plan_s14_pass_cost.py)."""
+    monkeypatch.setattr(priors, "PASS_COST_PRIOR_S", 0.0)
+
 
 
 def rank(index: int, tier: str, samples: int, compute_s: float) -> RankMeasure:

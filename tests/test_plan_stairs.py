@@ -9,13 +9,15 @@ from gpumix.plan.planner import PlanRequest, RankMeasure, plan
 from gpumix.plan.stairs import learned_tile, pass_work, with_stairs
 
 FIXED_S = 0.002  # a step's fixed cost in the stair world below
+PASS_S = 0.005  # each pass's own cost: an H100 paid 5.0-5.4 ms (benchmarks/pass_cost_probe.py)
 
 
 def stair_s(samples: int, micro: int, tile: int, samples_per_s: float) -> float:
-    """A GPU that computes each pass in whole tiles (as real kernels do): the planner's truth here."""
+    """A GPU that computes each pass in whole tiles (as real kernels do) and pays for each pass: the
+    planner's truth here."""
     full, rest = divmod(samples, micro)
     work = full * math.ceil(micro / tile) * tile + (math.ceil(rest / tile) * tile if rest else 0)
-    return FIXED_S + work / samples_per_s
+    return FIXED_S + work / samples_per_s + math.ceil(samples / micro) * PASS_S
 
 
 def measure(rank: int, tier: str, now: tuple[int, int], before: tuple[int, int], tile: int,
@@ -78,8 +80,11 @@ def test_a_tier_shares_the_tile_one_of_its_ranks_showed() -> None:
     read = with_stairs(ranks, request)
     assert [m.tile_samples for m in read] == [16, 16, None]
     truth_s = stair_s(168, 84, 16, 800.0)  # 168 on rank 1 as factorize runs it with that tile: 2 x 84
-    assert abs(read[1].compute_curve().time_s(168) - truth_s) / truth_s < 0.02
-    assert read[2].compute_curve() == ranks[2].compute_curve()
+    # (3 % here: the prior's pass is 5.4 ms, this world's 5.0; 11 passes of 16 are in rank 1's point)
+    assert abs(read[1].compute_curve().time_s(168) - truth_s) / truth_s < 0.03
+    # the other model's card learns no tile: in one pass its counts cost what its own line says
+    for n in (96, 100, 104):
+        assert math.isclose(read[2].compute_curve().time_s(n), ranks[2].compute_curve().time_s(n))
 
 
 def test_a_tier_mate_without_a_measured_split_keeps_its_estimate() -> None:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpumix.model import priors
 from gpumix.plan.padding import with_possible_stairs
 from gpumix.plan.planner import (
     MAX_ACCUMULATION_STEPS,
@@ -101,7 +102,8 @@ def test_without_accumulation_memory_caps_samples_and_the_rest_move() -> None:
     assert result.proposed.step_time_s >= result.ideal.step_time_s
 
 
-def test_exclusion_and_fast_tier_alternative() -> None:
+def test_exclusion_and_fast_tier_alternative(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(priors, "PASS_COST_PRIOR_S", 0.0)  # proportional by hand: no pass cost (s14's tests)
     result = plan(mixed_rig(), PlanRequest(global_batch=640, gradient_bytes=1e8,
                                            exclude=frozenset({2})))
     assert result.ranks[2].samples == 0 and result.ranks[2].limited_by == ("excluded",)
@@ -270,7 +272,8 @@ def h200_pair(points: bool) -> list[RankMeasure]:
                         compute_points=earlier[r]) for r, t in ((0, 0.01375), (1, 0.03532))]
 
 
-def test_points_from_an_earlier_split_and_whole_tiles_find_the_measured_best() -> None:
+def test_points_from_an_earlier_split_and_whole_tiles_find_the_measured_best(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(priors, "PASS_COST_PRIOR_S", 0.0)  # one pass each: the points' line alone (s14's tests)
     # Measured throughput of each split (same sweep): 768/256 was the best (33 286 samples/s);
     # 742/282 ran at 29 349. Proportional from one point says 737/287, on the same stair; with
     # the earlier points and multiples of 64 the planner picks 768/256.
@@ -426,21 +429,29 @@ def test_whole_tiles_per_pass_pick_the_micro_batch() -> None:
     assert (plain.ranks[0].micro_batch, plain.ranks[0].accumulation_steps) == (120, 2)
 
 
-def test_a_wasted_tile_outweighs_more_passes() -> None:
+def test_a_wasted_tile_against_more_passes_weighs_the_pass_cost() -> None:
     # Issue 16 (oracle, gen-06 at 16): 176 under a cap of 133 as 2 x 88 is 12 tiles of 16; as 11 passes
-    # of one tile it is 11 (the oracle's, 84.8 % -> 99.3 % of its gain). A pass costs a sample (prior).
-    assert factorize(176, 133, MAX_ACCUMULATION_STEPS, 16) == (16, 11)
-    assert factorize(208, 133, MAX_ACCUMULATION_STEPS, 16) == (16, 13)
-    # At granularity 4 the count's own alignment is the tile: 168 = 8 x 21 runs as 3 x 56 (21 tiles
-    # of 8), not 2 x 84 (22); 172 (aligned to 4) stays 2 x 86: 43 passes of 4 would save one tile.
-    assert factorize(168, 133, MAX_ACCUMULATION_STEPS, 4) == (56, 3)
-    assert factorize(172, 133, MAX_ACCUMULATION_STEPS, 4) == (86, 2)
-    # the whole-tile micro-batch reaches the plan; without a granularity the largest micro-batch
+    # of one tile it is 11. Which is faster is the passes' cost, in samples of the rank's compute: a
+    # pass of ~5 ms (priors.PASS_COST_PRIOR_S) is 3.4 samples of a 4090 computing 128 in 0.2 s:
+    # 192 + 2 x 3.4 = 198.8 against 176 + 11 x 3.4 = 213.4; at 1 sample a pass, 194 against 187.
+    assert factorize(176, 133, MAX_ACCUMULATION_STEPS, 16, 3.4) == (88, 2)
+    assert factorize(176, 133, MAX_ACCUMULATION_STEPS, 16, 1.0) == (16, 11)
+    assert factorize(208, 133, MAX_ACCUMULATION_STEPS, 16, 3.4) == (104, 2)  # 230.8 against 252.2
+    assert factorize(208, 133, MAX_ACCUMULATION_STEPS, 16, 1.0) == (16, 13)  # 226 against 221
+    # At granularity 4, the count's own alignment (168 = 8 x 21) is a tile only guessed: a pass is
+    # padded on average over tiles of 4 and 8, so 3 x 56 (168, + 3 passes) against 2 x 84 (84 or 88:
+    # 172, + 2 passes): 178.2 against 178.8 at 3.4; 172 (aligned to 4) stays 2 x 86 (43 passes of 4
+    # would save nothing).
+    assert factorize(168, 133, MAX_ACCUMULATION_STEPS, 4, 3.4) == (56, 3)
+    assert factorize(168, 133, MAX_ACCUMULATION_STEPS, 4, 4.0) == (84, 2)  # 180 against 180: fewer passes
+    assert factorize(172, 133, MAX_ACCUMULATION_STEPS, 4, 3.4) == (86, 2)
+    # the planner's micro-batch reaches the plan, at the rank's own pass cost: this rank computes 3
+    # samples a second, so a pass of 5.4 ms is 0.016 samples and 11 passes of one tile win
     result = plan(two_ranks((3.0, 1.0)), PlanRequest(global_batch=224, gradient_bytes=1e8, granularity=16,
                                                      max_micro_batch=133))
     assert [(r.samples, r.micro_batch, r.accumulation_steps) for r in result.ranks][0] == (176, 16, 11)
     # an alignment wider than MAX_ALIGNED_TILE buys no passes: 160 (32 x 5) stays 2 x 80
-    assert factorize(160, 133, MAX_ACCUMULATION_STEPS, 16) == (80, 2)
+    assert factorize(160, 133, MAX_ACCUMULATION_STEPS, 16, 1.0) == (80, 2)
     assert factorize(208, 133, MAX_ACCUMULATION_STEPS) == (104, 2)
 
 

@@ -112,17 +112,45 @@ def _line(a: tuple[float, float], b: tuple[float, float], samples: float) -> flo
 class TiledCurve(ComputeCurve):
     """A compute curve over work rather than samples: `work(n)` says how many samples' worth a
     count of n computes (its passes padded to whole tiles); `points` are the base's, in work.
-    Continuous shares (and counts not whole) read the base."""
+    Continuous shares (and counts not whole) read the base at the least work: n in one pass."""
 
     base: ComputeCurve | None = None
-    work: Callable[[int], int] | None = None
+    work: Callable[[int], float] | None = None
+    least_shift: float = 0.0  # the least work a count of n can be, less n: one pass's cost, less the points' own
 
     @classmethod
-    def over(cls, base: ComputeCurve, work: Callable[[int], int]) -> TiledCurve:
-        return cls(base.points, base, work)
+    def over(cls, base: ComputeCurve, work: Callable[[int], float], least_shift: float = 0.0) -> TiledCurve:
+        return cls(base.points, base, work, least_shift)
+
+    def samples_within(self, seconds: float) -> float:
+        """The continuous share, as time_s reads one (the base at the least work): a bisection over
+        time_s would meet whole counts, padded, and jump."""
+        assert self.base is not None
+        return max(0.0, self.base.samples_within(seconds) - self.least_shift)
+
+    def under_stairs(self) -> ComputeCurve:
+        """The base read at the least work any count can be: a bound no whole count beats."""
+        assert self.base is not None
+        return ShiftedCurve(self.base.points, self.base, self.least_shift) if self.least_shift else self.base
 
     def time_s(self, samples: float) -> float:
         assert self.base is not None and self.work is not None
-        if samples <= 0 or samples != int(samples):
-            return self.base.time_s(samples)
+        if samples <= 0 or samples != int(samples):  # a continuous share: in the fewest passes
+            return self.base.time_s(max(0.0, samples + self.least_shift)) if samples > 0 else 0.0
         return self.base.time_s(self.work(int(samples)))
+
+
+@dataclass(frozen=True)
+class ShiftedCurve(ComputeCurve):
+    """`base` read `shift` samples over (a count in fewer passes than the point it was measured in)."""
+
+    base: ComputeCurve | None = None
+    shift: float = 0.0
+
+    def time_s(self, samples: float) -> float:
+        assert self.base is not None
+        return self.base.time_s(max(0.0, samples + self.shift)) if samples > 0 else 0.0
+
+    def samples_within(self, seconds: float) -> float:
+        assert self.base is not None
+        return max(0.0, self.base.samples_within(seconds) - self.shift)

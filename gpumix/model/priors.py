@@ -15,10 +15,19 @@ from collections.abc import Sequence
 LINK_EFFICIENCY_PRIOR = 0.8
 
 # What one more pass of forward and backward costs beyond its samples' tiles (kernel launches, the
-# framework's per-call work), in samples of compute, at most: not measured (a step's points cannot tell it
-# from the fixed cost), and the simulated world has no such cost. memory.factorize weighs a split at 0 and
-# at this where the tile is told or learned, and at this alone where it is only assumed.
-PASS_COST_PRIOR_SAMPLES = 1.0
+# framework's per-call work), at most: measured on an H100 training ResNet-50 in eager PyTorch, 5.4 ms a
+# pass in fp32 and 5.0 ms under bf16 autocast (benchmarks/pass_cost_probe.py and pass_cost_fit.py,
+# docs/planner.md, session 14). A compiled or CUDA-graphed step pays less, so memory.factorize weighs a
+# split from no cost to this where the tile is told or learned, and at this alone where it is assumed.
+# In samples of a rank's own compute (pass_cost_samples): a 3090 computing 400 samples/s, 2.2.
+PASS_COST_PRIOR_S = 0.0054
+
+
+def pass_cost_samples(seconds_per_sample: float) -> float:
+    """PASS_COST_PRIOR_S in samples of a rank computing one sample in `seconds_per_sample`."""
+    if not seconds_per_sample > 0:
+        return 0.0
+    return PASS_COST_PRIOR_S / seconds_per_sample
 
 
 def allreduce_seconds_prior(link_rates: Sequence[float], gradient_bytes: float) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gpumix.model.priors import PASS_COST_PRIOR_SAMPLES
 from gpumix.plan.split_types import MAX_ACCUMULATION_STEPS, PlanRequest, RankMeasure
 
 # The widest tile a count's own alignment may stand for, in samples: a wider one trades passes for
@@ -55,19 +54,18 @@ def effective_max_k(request: PlanRequest) -> int:
     return request.max_accumulation_steps or MAX_ACCUMULATION_STEPS
 
 
-def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1) -> tuple[int, int] | None:
+def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1,
+              pass_cost: float = 0.0) -> tuple[int, int] | None:
     """(m, k) with m * k == samples, m <= cap, k <= max_k and k as small as possible; None if none.
-    With a tile (the granularity: a pass computes whole tiles), the work over the passes is
-    k * (ceil(m / T) * T + p) for a pass cost p no one measured (from 0 to PASS_COST_PRIOR_SAMPLES):
-    the split whose work is least above the best at either end (the least regret; then the least work
-    at the prior, then the smallest k): 88 under a cap of 84 in tiles of 8 (told or learned) is 11 x 8
-    (88 samples of work at p = 0, 1.0 % above 2 x 44's 98 at p = 1), not 2 x 44 (96: 9.1 % above 11 x
-    8's 88 at p = 0); in tiles of 4 (88 aligned to 8 by assumption) the prior's least work, 2 x 44. T is the count's own
-    alignment (aligned_tile: GPUs tile in powers of two, wider than the granularity may say), over
-    micro-batches of at least half the cap (good_count's range) and micro-batches of whole T. Under a
-    cap of 133: 240 in tiles of 16 are 3 x 80 (15 tiles), not 2 x 120 (16); 208 are 13 x 16
-    (13 tiles), not 2 x 104 (14: a wasted tile outweighs 11 more passes); 168 at granularity 4
-    (aligned to 8) are 3 x 56 (21 tiles of 8), not 2 x 84 (22)."""
+    With a tile (the granularity, or one learned: a pass computes whole tiles), the split of least work
+    k * (padded m + p): each pass's samples padded to whole tiles, plus `pass_cost` samples a pass (the
+    measured priors.PASS_COST_PRIOR_S in the rank's own samples); then the smallest k. Where the count's
+    alignment T (aligned_tile: GPUs tile in powers of two) is wider than the tile, it is only a guess,
+    and a pass is padded on average over the tiles from the tile to T. Over micro-batches of at least
+    half the cap (good_count's range) and micro-batches of whole T. Under a cap of 133 at 3.4 samples
+    a pass (a 4090): 176 in tiles of 16 is 2 x 88 (192 + 6.8), not 11 x 16 (176 + 37.4); at 1 sample a
+    pass 11 x 16 (187 against 194). At granularity 4, 168 (aligned to 8) is 3 x 56 (168 + 10.2) against
+    2 x 84 (84 or 88: 172 + 6.8)."""
     if cap is None or samples <= cap:
         return samples, 1
     low_k = math.ceil(samples / cap)
@@ -80,19 +78,20 @@ def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1) -> tuple
         micro = samples // k
         if samples % k or (k > 2 * samples // cap and micro % aligned):
             continue  # past good_count's range only whole tiles: no pass of a partial tile
-        splits.append((k, micro, k * math.ceil(micro / aligned) * aligned))
+        splits.append((k, micro, k * _mean_padded(micro, tile, aligned)))
     if not splits:  # no whole-tile split either: the smallest k that divides, as without a tile
         return factorize(samples, cap, max_k)
-    # Work is linear in p, so a split's worst ratio to the best over the range is at one end. Where T is
-    # only the count's alignment (wider than the tile given), many narrow passes bet on it: weighed from
-    # p = 0 there too, a 4090 (waves of 16 in the simulated world) ran 136 as 17 x 8, 272 samples of work
-    # where 2 x 68 is 160 (seed 29 gen-16: 0.428 s a step, 0.232 s predicted). There the prior decides.
-    ends = (0.0 if aligned <= max(1, tile) else PASS_COST_PRIOR_SAMPLES, PASS_COST_PRIOR_SAMPLES)
-    least = [min(w + k * p for k, _, w in splits) for p in ends]
-    k, micro, _ = min(splits, key=lambda s: (
-        max((s[2] + s[0] * p) / low for p, low in zip(ends, least, strict=True)),
-        s[2] + s[0] * PASS_COST_PRIOR_SAMPLES, s[0]))
+    # Each pass costs its tiles and the pass cost: measured at 5.0-5.4 ms on an H100 (priors.PASS_COST_PRIOR_S),
+    # 3.4 samples of a 4090 computing 0.2 s for 128, so 176 as 2 x 88 (2 x 6 waves of 16) beats 11 x 16.
+    k, micro, _ = min(splits, key=lambda s: (s[2] + s[0] * pass_cost, s[0]))
     return micro, k
+
+
+def _mean_padded(micro: int, tile: int, aligned: int) -> float:
+    """A pass of `micro` samples padded to whole tiles, on average over the tiles from `tile` to `aligned`
+    (x 2 each): wider than the tile told or learned, the count's alignment is only a guess."""
+    tiles = [tile * 2**j for j in range(max(0, (aligned // max(1, tile)).bit_length() - 1) + 1)]
+    return sum(math.ceil(micro / t) * t for t in tiles) / len(tiles)
 
 
 def aligned_tile(samples: int, granularity: int) -> int:

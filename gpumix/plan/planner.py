@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
+from gpumix.model.priors import pass_cost_samples
 from gpumix.model.step_model import CommModel
 from gpumix.plan.memory import (
     effective_max_k,
@@ -197,7 +198,8 @@ def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
             continue
         i = by_rank[m.rank]
         n = counts[i]
-        micro, k = factorize(n, caps[i], max_k, m.tile_samples or request.granularity) or (n, 1)
+        micro, k = factorize(n, caps[i], max_k, m.tile_samples or request.granularity,
+                             pass_cost_samples(1 / m.compute_samples_per_s)) or (n, 1)
         time_s = m.expected_time_s(n)  # as the step is predicted (plan.padding)
         ranks.append(RankPlan(
             rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,

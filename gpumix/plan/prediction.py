@@ -82,7 +82,7 @@ def balanced_shares(total: int, curves: Sequence[ComputeCurve], lower: Sequence[
 def ideal(global_batch: int, measures: Sequence[RankMeasure], comm: CommModel) -> Prediction:
     """The bound: a continuous split where every rank finishes together, no memory or integer limits.
     Over learned stairs it reads the curve under them (work not padded to whole tiles), which no
-    whole count beats: a count's padded work is never less than the count."""
+    whole count beats: a count's padded work is never less than the count in one pass."""
     curves = [_without_stairs(m.compute_curve()) for m in measures]
     _, time_s = balanced_shares(global_batch, curves, [0.0] * len(curves), [float(global_batch)] * len(curves))
     waits = comm.seconds([m.link_bytes_per_s for m in measures], time_s)
@@ -90,4 +90,4 @@ def ideal(global_batch: int, measures: Sequence[RankMeasure], comm: CommModel) -
 
 
 def _without_stairs(curve: ComputeCurve) -> ComputeCurve:
-    return curve.base if isinstance(curve, TiledCurve) and curve.base is not None else curve
+    return curve.under_stairs() if isinstance(curve, TiledCurve) and curve.base is not None else curve

@@ -20,6 +20,7 @@ from dataclasses import replace
 from itertools import combinations
 
 from gpumix.model.compute_curve import ComputeCurve, NoFloorCurve, TiledCurve
+from gpumix.model.priors import pass_cost_samples
 from gpumix.plan.memory import MAX_ALIGNED_TILE, effective_max_k, factorize, micro_batch_cap
 from gpumix.plan.split_types import PlanRequest, RankMeasure
 
@@ -28,12 +29,37 @@ from gpumix.plan.split_types import PlanRequest, RankMeasure
 STAIR_TOLERANCE = 0.03
 
 
-def pass_work(samples: int, micro_batch: int | None, tile: int) -> int:
+def passes(samples: int, micro_batch: int | None) -> int:
+    """Passes of `samples` in micro-batches of `micro_batch` (and one for the rest); one without it."""
+    micro = micro_batch if micro_batch and 0 < micro_batch <= samples else samples
+    return math.ceil(samples / micro) if samples > 0 else 0
+
+
+def pass_work(samples: int, micro_batch: int | None, tile: int, pass_cost: float = 0.0) -> float:
     """Samples' worth of compute of `samples` run in passes of `micro_batch` (and one for the rest),
-    each padded to whole tiles."""
+    each padded to whole tiles and costing `pass_cost` samples more (points_pass_cost)."""
     micro = micro_batch if micro_batch and 0 < micro_batch <= samples else samples
     full, rest = divmod(samples, micro)
-    return full * math.ceil(micro / tile) * tile + (math.ceil(rest / tile) * tile if rest else 0)
+    padded = full * math.ceil(micro / tile) * tile + (math.ceil(rest / tile) * tile if rest else 0)
+    return padded + passes(samples, micro) * pass_cost
+
+
+# A pass's cost is at most this share of a measured pass: in the H100's ResNet-50 (pass_cost_probe.py)
+# the 5.4 ms were 18-23 % of a pass of 36-48 samples; a model whose whole pass is shorter pays less.
+PASS_SHARE_MAX = 0.25
+
+
+def points_pass_cost(points: Sequence[tuple[int, int | None, float]]) -> float:
+    """The prior's pass cost (priors.PASS_COST_PRIOR_S) in samples of this rank's compute, at its last
+    point's seconds a sample, at most PASS_SHARE_MAX of that point's pass: ~5 ms of launches, 3.4 samples
+    of a 4090 and 2.2 of a 3090. Without it two points in 1 and 3 passes read as a stair that is not
+    there, or hide one that is (seed 71 gen-05: a 4090's 168 as 3 x 56 took 1.55x its 128 in one pass,
+    past the 3 % over 16-wide tiles' 1.5x, so no tile was learned and the re-plan put 168 on the tier
+    again)."""
+    samples, micro, seconds = points[-1] if points else (0, None, 0.0)
+    if samples <= 0 or seconds <= 0:
+        return 0.0
+    return min(pass_cost_samples(seconds / samples), PASS_SHARE_MAX * samples / passes(samples, micro))
 
 
 # A step's fixed cost is at most this share of it, so more work takes at least this share of its growth
@@ -46,8 +72,9 @@ FIXED_SHARE_MAX = 0.5
 def consistent(points: Sequence[tuple[int, int | None, float]], tile: int) -> bool:
     """No point takes more time, relative to another, than its whole-tile work does, nor less than
     its work's growth less the most a fixed cost can hide."""
+    pass_cost = points_pass_cost(points)
     for (n_a, m_a, t_a), (n_b, m_b, t_b) in combinations(points, 2):
-        w_a, w_b = pass_work(n_a, m_a, tile), pass_work(n_b, m_b, tile)
+        w_a, w_b = pass_work(n_a, m_a, tile, pass_cost), pass_work(n_b, m_b, tile, pass_cost)
         if w_a > w_b:
             w_a, w_b, t_a, t_b = w_b, w_a, t_b, t_a
         if t_b > t_a * (w_b / w_a) * (1 + STAIR_TOLERANCE):
@@ -68,12 +95,12 @@ def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: i
 
 
 def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[RankMeasure]:
-    """The measures, each rank whose points show stairs wider than the granularity (learned_tile),
-    or another rank's of its tier (the same GPU model runs the same kernels), with its tile and its
-    curve over whole-tile work."""
-    if request.granularity >= MAX_ALIGNED_TILE:
-        return list(measures)
-    tiles = {m.rank: learned_tile(m.measured_points(), request.granularity) for m in measures}
+    """The measures, each rank with its curve over whole-tile work and its passes' cost: its tile where
+    its points show stairs wider than the granularity (learned_tile), or another rank's of its tier (the
+    same GPU model runs the same kernels), else the granularity's."""
+    granularity = max(1, request.granularity)
+    learning = granularity < MAX_ALIGNED_TILE
+    tiles = {m.rank: learned_tile(m.measured_points(), granularity) if learning else granularity for m in measures}
     # The tier's tile: the narrowest any of its ranks showed (a rank whose points say nothing shows the
     # granularity and has no say). A tile too wide is what noise shows (two medians a hair past the
     # tolerance at the true tile: seed 17 gen-03, a 3090 at 64 and 68 read as 16 wide where the others
@@ -81,17 +108,19 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
     # cannot show (the true tile's padding is in the pair's times).
     by_tier: dict[str, int] = {}
     for m in measures:
-        if m.tier is not None and tiles[m.rank] > max(1, request.granularity):
+        if m.tier is not None and tiles[m.rank] > granularity:
             by_tier[m.tier] = min(by_tier.get(m.tier, tiles[m.rank]), tiles[m.rank])
     found = []
     for m in measures:
-        tile = by_tier.get(m.tier, 1) if m.tier is not None else tiles[m.rank]
-        if tile > max(1, request.granularity) and m.measured_points():  # no point (no split yet): its estimate stays
-            curve = tiled_curve(m.measured_points(), tile, micro_batch_cap(m, request), effective_max_k(request),
+        points = [p for p in m.measured_points() if p[0] > 0 and p[2] > 0]
+        if points:  # no point (no split yet): its estimate stays
+            tile = by_tier.get(m.tier, granularity) if m.tier is not None else tiles[m.rank]
+            # A count in more passes than its points pays their cost (priors.PASS_COST_PRIOR_S): the
+            # plain curve did not see it (seed 73 gen-08: 80 as 5 x 16 on a 5070 Ti measured at 96 as 2 x 48
+            # was predicted 0.204 s, proportional, and took 0.217 s)
+            curve = tiled_curve(points, tile, micro_batch_cap(m, request), effective_max_k(request),
                                 (m.current_samples, m.micro_batch))
-            m = replace(m, tiled_curve=curve, tile_samples=tile)
-        elif not consistent([p for p in m.measured_points() if p[0] > 0 and p[2] > 0], max(1, request.granularity)):
-            m = replace(m, tiled_curve=without_floor(m.compute_estimate()[0]))  # no tile fits its points
+            m = replace(m, tiled_curve=curve, tile_samples=tile if tile > granularity else None)
         found.append(m)
     return found
 
@@ -107,20 +136,23 @@ def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap:
     """The rank's curve over whole-tile work: measured points at their padded work; a count costs
     the work of its micro-batches as factorize would choose them with this tile (the count
     `running` has, its micro-batch now)."""
-    base = ComputeCurve.from_points((pass_work(n, m, tile), t) for n, m, t in points)
-    if len({pass_work(n, m, tile) for n, m, _ in points}) < 2:
+    pass_cost = points_pass_cost(points)
+    base = ComputeCurve.from_points((pass_work(n, m, tile, pass_cost), t) for n, m, t in points)
+    if len({pass_work(n, m, tile, pass_cost) for n, m, _ in points}) < 2:
+        # one point: proportional over its work, its passes' cost in it, so that cost is a fixed part:
+        # 128 in one pass on a 4090 (3.4 samples a pass) puts 168 in one at 171.4 / 131.4 of its time
         n, m, t = points[-1]
-        base = ComputeCurve.proportional(pass_work(n, m, tile) / t)
+        base = ComputeCurve.proportional(pass_work(n, m, tile, pass_cost) / t)
     elif not consistent(points, tile):  # a tier's tile its own points do not fit
         base = without_floor(base)
 
-    known: dict[int, int] = {}  # the search asks the same counts many times; factorize scans k
+    known: dict[int, float] = {}  # the search asks the same counts many times; factorize scans k
 
-    def work(samples: int) -> int:
+    def work(samples: int) -> float:
         if samples not in known:
             micro = running[1] if samples == running[0] and running[1] else \
-                (factorize(samples, cap, max_k, tile) or (samples, 1))[0]
-            known[samples] = pass_work(samples, micro, tile)
+                (factorize(samples, cap, max_k, tile, pass_cost) or (samples, 1))[0]
+            known[samples] = pass_work(samples, micro, tile, pass_cost)
         return known[samples]
 
-    return TiledCurve.over(base, work)
+    return TiledCurve.over(base, work, pass_cost)  # the least work a count can be: n in one pass
