@@ -116,7 +116,7 @@ class TiledCurve(ComputeCurve):
 
     base: ComputeCurve | None = None
     work: Callable[[int], float] | None = None
-    least_shift: float = 0.0  # the least work a count of n can be, less n: one pass's cost, less the points' own
+    least_shift: float = 0.0  # the least work a count of n can be, less n: one pass's cost
 
     @classmethod
     def over(cls, base: ComputeCurve, work: Callable[[int], float], least_shift: float = 0.0) -> TiledCurve:
@@ -142,7 +142,7 @@ class TiledCurve(ComputeCurve):
 
 @dataclass(frozen=True)
 class ShiftedCurve(ComputeCurve):
-    """`base` read `shift` samples over (a count in fewer passes than the point it was measured in)."""
+    """`base` read `shift` samples over: a count at its least work (n in one pass, TiledCurve)."""
 
     base: ComputeCurve | None = None
     shift: float = 0.0

@@ -17,9 +17,9 @@ LINK_EFFICIENCY_PRIOR = 0.8
 # What one more pass of forward and backward costs beyond its samples' tiles (kernel launches, the
 # framework's per-call work), at most: measured on an H100 training ResNet-50 in eager PyTorch, 5.4 ms a
 # pass in fp32 and 5.0 ms under bf16 autocast (benchmarks/pass_cost_probe.py and pass_cost_fit.py,
-# docs/planner.md, session 14). A compiled or CUDA-graphed step pays less, so memory.factorize weighs a
-# split from no cost to this where the tile is told or learned, and at this alone where it is assumed.
-# In samples of a rank's own compute (pass_cost_samples): a 3090 computing 400 samples/s, 2.2.
+# docs/planner.md, session 14). memory.factorize and plan.stairs charge it for each pass, in samples of
+# a rank's own compute (pass_cost_samples: a 3090 computing 400 samples/s, 2.2), at most a quarter of a
+# measured pass (stairs.PASS_SHARE_MAX). A compiled or CUDA-graphed step, or another network, pays another.
 PASS_COST_PRIOR_S = 0.0054
 
 
