@@ -57,6 +57,7 @@ from gpumix.power.budget import fit_to_budget
 from gpumix.power.profile import DEFAULT_STEP_SHARE, DEFAULT_STEPS, profile_steps
 from gpumix.run.auto_replan import CHECK_S, AutoReplan
 from gpumix.sim import job_model
+from gpumix.sim import world as world_module
 from gpumix.sim.rig import BUILTIN_RIGS, Rig, load_builtin_rig, parse_rig
 from gpumix.sim.world import World
 
@@ -416,8 +417,11 @@ def main() -> None:
     parser.add_argument("--no-shipped", action="store_true", help="generated rigs only")
     parser.add_argument("--profile-steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--profile-share", type=float, default=DEFAULT_STEP_SHARE)
+    parser.add_argument("--world-pass-s", type=float, default=world_module.PASS_OVERHEAD_S,
+                        help="the world's cost of a pass (the planner's prior stays): how it fares when they differ")
     args = parser.parse_args()
     globals()["PROFILE_STEPS"], globals()["PROFILE_SHARE"] = args.profile_steps, args.profile_share
+    world_module.PASS_OVERHEAD_S = args.world_pass_s
     globals()["GRANULARITY"] = args.granularity  # the split's unit everywhere in this run
     results = []
     for name in [] if args.no_shipped else BUILTIN_RIGS:
