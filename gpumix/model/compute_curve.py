@@ -123,10 +123,9 @@ class TiledCurve(ComputeCurve):
         return cls(base.points, base, work, least_shift)
 
     def samples_within(self, seconds: float) -> float:
-        """The continuous share, as time_s reads one (the base at the least work): a bisection over
-        time_s would meet whole counts, padded, and jump."""
-        assert self.base is not None
-        return max(0.0, self.base.samples_within(seconds) - self.least_shift)
+        """The continuous share, as time_s reads one (under_stairs): a bisection over time_s would meet
+        whole counts, padded, and jump."""
+        return self.under_stairs().samples_within(seconds)
 
     def under_stairs(self) -> ComputeCurve:
         """The base read at the least work any count can be: a bound no whole count beats."""
@@ -136,7 +135,7 @@ class TiledCurve(ComputeCurve):
     def time_s(self, samples: float) -> float:
         assert self.base is not None and self.work is not None
         if samples <= 0 or samples != int(samples):  # a continuous share: in the fewest passes
-            return self.base.time_s(max(0.0, samples + self.least_shift)) if samples > 0 else 0.0
+            return self.under_stairs().time_s(samples)
         return self.base.time_s(self.work(int(samples)))
 
 
