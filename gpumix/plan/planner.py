@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
-from gpumix.model.priors import pass_cost_samples
 from gpumix.model.step_model import CommModel
 from gpumix.plan.memory import (
     effective_max_k,
@@ -67,7 +66,7 @@ from gpumix.plan.split_types import (
     RankPlan,
     TierAlternative,
 )
-from gpumix.plan.stairs import with_stairs
+from gpumix.plan.stairs import points_pass_cost, with_stairs
 
 # The public names, importable from here as before the split into modules.
 __all__ = [
@@ -198,8 +197,9 @@ def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
             continue
         i = by_rank[m.rank]
         n = counts[i]
+        # the pass cost its curve priced the count at (stairs.points_pass_cost), so it runs as predicted
         micro, k = factorize(n, caps[i], max_k, m.tile_samples or request.granularity,
-                             pass_cost_samples(1 / m.compute_samples_per_s)) or (n, 1)
+                             points_pass_cost(m.measured_points())) or (n, 1)
         time_s = m.expected_time_s(n)  # as the step is predicted (plan.padding)
         ranks.append(RankPlan(
             rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,
