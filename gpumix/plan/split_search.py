@@ -176,6 +176,11 @@ def _predicted_s(counts: Sequence[int], measures: Sequence[RankMeasure]) -> floa
     return max(m.expected_time_s(n) for m, n in zip(measures, counts, strict=True))
 
 
+def _least_passes(samples: int, cap: int | None) -> int:
+    """The fewest passes `samples` can run in under the micro-batch cap."""
+    return 1 if cap is None else max(1, math.ceil(samples / cap))
+
+
 def _prefer_measured_lattice(
     counts: list[int], curves: Sequence[ComputeCurve], measures: Sequence[RankMeasure], caps: Sequence[int | None],
     upper: Sequence[int], max_k: int, lattices: Sequence[int], granularity: int, deadline: Deadline,
@@ -189,7 +194,9 @@ def _prefer_measured_lattice(
     held): a rank measured at one count may pay a tile one point cannot show (plan.padding), so the
     line's choice can be predicted slower than a coarser split (issue 16); the margin keeps the line's
     choice where the prediction's edge is within its own doubt (docs/planner.md, session 11). Never a
-    finer level than the line's: where the prediction is the line, nothing moves."""
+    finer level than the line's: where the prediction is the line, nothing moves. Never a count that
+    needs more passes than the line's under the rank's cap: a pass more costs a pass and halves the
+    micro-batch, more than the lattice's doubt about tiles is worth (docs/planner.md, session 15)."""
     total = sum(counts)
     limit_s = max(c.time_s(n) for c, n in zip(curves, counts, strict=True)) * (1 + LATTICE_TOLERANCE)
     coarser: list[list[int]] = []  # the best split of each level above the one taken, coarsest first
@@ -197,7 +204,8 @@ def _prefer_measured_lattice(
     while level > granularity:
         steps = [min(lattice, level) for lattice in lattices]
         choices = [[u * step for u in range(max(1, n // step - 3), n // step + 4)
-                    if u * step <= high and good_count(u * step, cap, max_k)]
+                    if u * step <= high and good_count(u * step, cap, max_k)
+                    and _least_passes(u * step, cap) <= _least_passes(n, cap)]
                    for n, step, high, cap in zip(counts, steps, upper, caps, strict=True)]
         found = _min_max_exact(total, choices, curves, deadline)
         if found is not None and max(c.time_s(n) for c, n in zip(curves, found, strict=True)) <= limit_s:
