@@ -25,9 +25,13 @@ def fit(points: list[dict]) -> dict:
     m = n / k
     weight = 1 / t**2
     best: tuple[float, float, float, float, float] | None = None
-    for floor in np.arange(0.010, 0.030, 0.0002):
+    # grids scaled to the network: a sample's compute around the widest one-pass point's, the floor
+    # up to 1.5x the shortest step (0.2 ms steps), the overhead 0-12 ms (0.1 ms steps)
+    widest = max(range(len(t)), key=lambda i: m[i] if k[i] == 1 else 0.0)
+    per_sample = t[widest] / m[widest]
+    cs = np.linspace(0.2 * per_sample, 1.5 * per_sample, 400)[:, None]
+    for floor in np.arange(0.0, 1.5 * t.min(), 0.0002):
         for overhead in np.arange(0.0, 0.012, 0.0001):
-            cs = np.arange(0.0002, 0.0010, 0.000002)[:, None]
             per_step = k * np.maximum(floor, cs * m + overhead)  # (c, point)
             fixed = np.clip(((t - per_step) * weight).sum(axis=1) / weight.sum(), 0.0, None)
             error = ((fixed[:, None] + per_step - t) ** 2 * weight).sum(axis=1)

@@ -1,9 +1,8 @@
 """What one more pass of forward and backward costs on a real GPU (issue 16: the planner's pass-cost prior).
 
-The planner splits a rank's n samples into k passes of m (n = m x k) and weighs each extra pass at
-`PASS_COST_PRIOR_SAMPLES` (one sample of compute), a figure no one had measured; the simulated world
-charged nothing per pass. This times whole optimizer steps of ResNet-50 (224 px, the layout of
-`resnet50_ddp_facts.py`) on one GPU:
+The planner splits a rank's n samples into k passes of m (n = m x k) and weighs each pass at
+`priors.PASS_COST_PRIOR_S`, taken from this probe (before session 14 a figure no one had measured). This
+times whole optimizer steps of ResNet-50 (224 px, the layout of `resnet50_ddp_facts.py`) on one GPU:
 
 - accumulation: for each total n, every micro-batch m that divides it (k = n / m passes, each
   forward + backward on m samples, loss / k), then one SGD step;
@@ -14,7 +13,13 @@ clock), with the process's CPU seconds beside it (a step whose CPU time is near 
 paced by the kernel launches, not by the GPU). fp32 (cuDNN's TF32 convolutions, torch's default) and
 bf16 autocast.
 
+`--model bert`: a BERT-base-shaped encoder instead (12 layers, width 768, 12 heads, 128 tokens a
+sample, a two-way head on the first token; torch's own TransformerEncoderLayer), for a network whose
+passes launch other kernels than a convolution net's. `--compile`: the model under
+`torch.compile(dynamic=True)` (one graph for every micro-batch), whose fused kernels launch fewer.
+
     python benchmarks/pass_cost_probe.py --out $OUT/pass_cost_h100.json
+    python benchmarks/pass_cost_probe.py --model bert --out $OUT/pass_cost_bert_h100.json
 """
 
 from __future__ import annotations
@@ -34,6 +39,32 @@ from resnet50_ddp_facts import ResNet50  # noqa: E402  (the benchmarks folder's 
 
 TOTALS = (64, 88, 96, 144)
 STAIRS = tuple(range(4, 161, 4))
+BERT_TOKENS, BERT_VOCAB = 128, 30522
+
+
+class BertBase(nn.Module):
+    """BERT-base's shape (110 M parameters) on torch's encoder layers: what a fine-tuning pass launches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(BERT_VOCAB, 768)
+        self.positions = nn.Embedding(BERT_TOKENS, 768)
+        layer = nn.TransformerEncoderLayer(768, 12, 3072, activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
+        self.head = nn.Linear(768, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(ids) + self.positions.weight[: ids.shape[1]]
+        return self.head(self.encoder(x)[:, 0])
+
+
+def batch(model_name: str, samples: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random inputs and labels of `samples` samples for the model."""
+    if model_name == "bert":
+        ids = torch.randint(0, BERT_VOCAB, (samples, BERT_TOKENS), device="cuda")
+        return ids, torch.randint(0, 2, (samples,), device="cuda")
+    return (torch.randn(samples, 3, 224, 224, device="cuda"),
+            torch.randint(0, 1000, (samples,), device="cuda"))
 
 
 def one_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor, labels: torch.Tensor,
@@ -49,9 +80,8 @@ def one_step(model: nn.Module, optimizer: torch.optim.Optimizer, images: torch.T
 
 
 def timed(model: nn.Module, optimizer: torch.optim.Optimizer, samples: int, micro: int, bf16: bool,
-          reps: int) -> dict:
-    images = torch.randn(samples, 3, 224, 224, device="cuda")
-    labels = torch.randint(0, 1000, (samples,), device="cuda")
+          reps: int, model_name: str = "resnet50") -> dict:
+    images, labels = batch(model_name, samples)
     for _ in range(2):
         one_step(model, optimizer, images, labels, micro, bf16)
     torch.cuda.synchronize()
@@ -72,18 +102,23 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--modes", default="fp32,bf16")
+    parser.add_argument("--model", choices=("resnet50", "bert"), default="resnet50")
+    parser.add_argument("--compile", action="store_true", help="torch.compile(dynamic=True) the model")
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = ResNet50().cuda()
+    model = (BertBase() if args.model == "bert" else ResNet50()).cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    result: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+    if args.compile:
+        model = torch.compile(model, dynamic=True)
+    result: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "model": args.model,
+                    "compiled": args.compile,
                     "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
                     "cudnn_benchmark": torch.backends.cudnn.benchmark, "reps": args.reps, "modes": {}}
     for mode in args.modes.split(","):
         bf16 = mode == "bf16"
-        accumulation = [timed(model, optimizer, n, m, bf16, args.reps)
+        accumulation = [timed(model, optimizer, n, m, bf16, args.reps, args.model)
                         for n in TOTALS for m in range(4, n + 1) if n % m == 0]
-        stairs = [timed(model, optimizer, m, m, bf16, args.reps) for m in STAIRS]
+        stairs = [timed(model, optimizer, m, m, bf16, args.reps, args.model) for m in STAIRS]
         result["modes"][mode] = {"accumulation": accumulation, "stairs": stairs}
         print(mode, "done", file=sys.stderr, flush=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

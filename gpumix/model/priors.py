@@ -19,7 +19,8 @@ LINK_EFFICIENCY_PRIOR = 0.8
 # pass in fp32 and 5.0 ms under bf16 autocast (benchmarks/pass_cost_probe.py and pass_cost_fit.py,
 # docs/planner.md, session 14). memory.factorize and plan.stairs charge it for each pass, in samples of
 # a rank's own compute (pass_cost_samples: a 3090 computing 400 samples/s, 2.2), at most a quarter of a
-# measured pass (stairs.PASS_SHARE_MAX). A compiled or CUDA-graphed step, or another network, pays another.
+# measured pass (stairs.PASS_SHARE_MAX). Another network pays another: a BERT-base encoder on the same
+# H100 6.6 ms (fp32) and 11.4 ms (bf16), session 15; what a prior off by 2x costs is in docs/planner.md.
 PASS_COST_PRIOR_S = 0.0054
 
 
