@@ -43,7 +43,7 @@ BERT_TOKENS, BERT_VOCAB = 128, 30522
 
 
 class BertBase(nn.Module):
-    """BERT-base's shape (110 M parameters) on torch's encoder layers: what a fine-tuning pass launches."""
+    """BERT-base's shape (109 M parameters) on torch's encoder layers: what a fine-tuning pass launches."""
 
     def __init__(self) -> None:
         super().__init__()

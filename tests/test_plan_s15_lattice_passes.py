@@ -3,8 +3,8 @@ docs/planner.md, session 15).
 
 The lattice search moves the split onto the counts measured runs line up with (multiples of 8 from a
 rank measured at 96) when the curves put that within 3 % of the granularity's best. Before session 15
-it took a count past a rank's micro-batch cap there: a second pass, and a micro-batch no wider tile
-divides (the oracle's g4 seed 61 gen-13, a 4090 at 136 as 2 x 68 under a cap of 129, predicted
+it took a count past a rank's micro-batch cap there: a second pass, and micro-batches half as wide
+(the oracle's g4 seed 61 gen-13, a 4090 at 136 as 2 x 68 under a cap of 129, predicted
 1.046x and kept, where the oracle gains 11 %)."""
 
 from __future__ import annotations
