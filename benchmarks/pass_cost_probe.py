@@ -116,12 +116,15 @@ def main() -> None:
                     "cudnn_benchmark": torch.backends.cudnn.benchmark, "reps": args.reps, "modes": {}}
     for mode in args.modes.split(","):
         bf16 = mode == "bf16"
-        accumulation = [timed(model, optimizer, n, m, bf16, args.reps, args.model)
-                        for n in TOTALS for m in range(4, n + 1) if n % m == 0]
-        stairs = [timed(model, optimizer, m, m, bf16, args.reps, args.model) for m in STAIRS]
-        result["modes"][mode] = {"accumulation": accumulation, "stairs": stairs}
+        points: dict[str, list[dict]] = {"accumulation": [], "stairs": []}
+        result["modes"][mode] = points
+        splits = [("accumulation", n, m) for n in TOTALS for m in range(4, n + 1) if n % m == 0]
+        for phase, samples, micro in splits + [("stairs", m, m) for m in STAIRS]:
+            points[phase].append(timed(model, optimizer, samples, micro, bf16, args.reps, args.model))
+            Path(args.out).write_text(json.dumps(result, indent=1))  # what a cut-off run measured is kept
+            print(mode, phase, samples, micro, f"{points[phase][-1]['step_s_median'] * 1000:.1f} ms",
+                  file=sys.stderr, flush=True)
         print(mode, "done", file=sys.stderr, flush=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
