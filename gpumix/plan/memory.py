@@ -68,7 +68,7 @@ def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1,
     2 x 84 (84 or 88: 172 + 6.8)."""
     if cap is None or samples <= cap:
         return samples, 1
-    low_k = math.ceil(samples / cap)
+    low_k = least_passes(samples, cap)
     high_k = min(max_k, samples)
     if tile <= 1:
         return next(((samples // k, k) for k in range(low_k, high_k + 1) if samples % k == 0), None)
@@ -103,6 +103,11 @@ def aligned_tile(samples: int, granularity: int) -> int:
     return tile
 
 
+def least_passes(samples: int, cap: int | None) -> int:
+    """The fewest passes `samples` can run in under the micro-batch cap (one without a cap)."""
+    return 1 if cap is None else max(1, math.ceil(samples / cap))
+
+
 def good_count(samples: int, cap: int | None, max_k: int) -> bool:
     """Splits into equal micro-batches at least half the cap: accumulation, but no tiny
     micro-batches (a prime n_r above the cap would need micro-batches of one). The smallest
@@ -110,7 +115,7 @@ def good_count(samples: int, cap: int | None, max_k: int) -> bool:
     if cap is None or samples <= cap:
         return True
     high_k = min(max_k, 2 * samples // cap)
-    return any(samples % k == 0 for k in range(math.ceil(samples / cap), high_k + 1))
+    return any(samples % k == 0 for k in range(least_passes(samples, cap), high_k + 1))
 
 
 def good_count_at_most(samples: int, cap: int | None, max_k: int) -> int:

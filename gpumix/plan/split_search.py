@@ -13,6 +13,7 @@ from gpumix.plan.memory import (
     factorize,
     good_count,
     good_count_at_most,
+    least_passes,
     micro_batch_cap,
 )
 from gpumix.plan.prediction import balanced_shares
@@ -112,7 +113,7 @@ def _fit_micro_batches(
     total = sum(counts)
     for width in (4, 16, 64):
         windows = [(max(1, n - reach), min(high, n + reach)) for n, cap, high in zip(counts, caps, upper, strict=True)
-                   for reach in [width * (1 if cap is None else math.ceil(n / cap))]]  # gaps grow with k
+                   for reach in [width * least_passes(n, cap)]]  # gaps grow with k
         if sum(high - low + 1 for low, high in windows) > MAX_SEARCH_VALUES:
             break
         deadline.check()
@@ -176,11 +177,6 @@ def _predicted_s(counts: Sequence[int], measures: Sequence[RankMeasure]) -> floa
     return max(m.expected_time_s(n) for m, n in zip(measures, counts, strict=True))
 
 
-def _least_passes(samples: int, cap: int | None) -> int:
-    """The fewest passes `samples` can run in under the micro-batch cap."""
-    return 1 if cap is None else max(1, math.ceil(samples / cap))
-
-
 def _prefer_measured_lattice(
     counts: list[int], curves: Sequence[ComputeCurve], measures: Sequence[RankMeasure], caps: Sequence[int | None],
     upper: Sequence[int], max_k: int, lattices: Sequence[int], granularity: int, deadline: Deadline,
@@ -205,7 +201,7 @@ def _prefer_measured_lattice(
         steps = [min(lattice, level) for lattice in lattices]
         choices = [[u * step for u in range(max(1, n // step - 3), n // step + 4)
                     if u * step <= high and good_count(u * step, cap, max_k)
-                    and _least_passes(u * step, cap) <= _least_passes(n, cap)]
+                    and least_passes(u * step, cap) <= least_passes(n, cap)]
                    for n, step, high, cap in zip(counts, steps, upper, caps, strict=True)]
         found = _min_max_exact(total, choices, curves, deadline)
         if found is not None and max(c.time_s(n) for c, n in zip(curves, found, strict=True)) <= limit_s:

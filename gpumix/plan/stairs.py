@@ -29,19 +29,23 @@ from gpumix.plan.split_types import PlanRequest, RankMeasure
 STAIR_TOLERANCE = 0.03
 
 
+def _pass_samples(samples: int, micro_batch: int | None) -> int:
+    """A full pass's samples: the micro-batch, or the whole count without one (or one larger)."""
+    return micro_batch if micro_batch and 0 < micro_batch <= samples else samples
+
+
 def passes(samples: int, micro_batch: int | None) -> int:
     """Passes of `samples` in micro-batches of `micro_batch` (and one for the rest); one without it."""
-    micro = micro_batch if micro_batch and 0 < micro_batch <= samples else samples
-    return math.ceil(samples / micro) if samples > 0 else 0
+    return math.ceil(samples / _pass_samples(samples, micro_batch)) if samples > 0 else 0
 
 
 def pass_work(samples: int, micro_batch: int | None, tile: int, pass_cost: float = 0.0) -> float:
     """Samples' worth of compute of `samples` run in passes of `micro_batch` (and one for the rest),
     each padded to whole tiles and costing `pass_cost` samples more (points_pass_cost)."""
-    micro = micro_batch if micro_batch and 0 < micro_batch <= samples else samples
+    micro = _pass_samples(samples, micro_batch)
     full, rest = divmod(samples, micro)
     padded = full * math.ceil(micro / tile) * tile + (math.ceil(rest / tile) * tile if rest else 0)
-    return padded + passes(samples, micro) * pass_cost
+    return padded + (full + (1 if rest else 0)) * pass_cost
 
 
 # A pass's cost is at most this share of a measured pass: in the H100's ResNet-50 (pass_cost_probe.py)
