@@ -1,13 +1,15 @@
-"""Stairs wider than the granularity, learned from what a rank measured (issue 16).
+"""Stairs, learned from what a rank measured (issue 16).
 
 A GPU computes a pass in whole tiles; the planner is told the granularity, not the tile. A step's
 compute is a fixed cost plus work, so its time can grow at most as fast as its work: a point measured
 slower than proportional to a smaller one (168 samples taking 2x the time of 96) says the work was
-more than the samples, i.e. the passes were padded to tiles wider than the granularity. learned_tile
-takes the narrowest tile (granularity x 2^j, at most MAX_ALIGNED_TILE) under which every pair of
-measured points grows no faster than its work; the rank's curve then runs over whole-tile work
-(tiled_curve), so the search sees 168 as 3 x 64 rather than on the line between 96 and 176.
-Where the points say nothing (one point, or all consistent at the granularity) nothing changes.
+more than the samples, i.e. the passes were padded to wider tiles. learned_tile takes the narrowest
+tile (2^j samples, at most MAX_ALIGNED_TILE) under which every pair of measured points grows no faster
+than its work; the rank's curve then runs over whole-tile work (tiled_curve), so the search sees 168 as
+3 x 64 rather than on the line between 96 and 176. Where the points say nothing (one point, or all on
+the line) the curve pads nothing: the granularity says which counts and micro-batches to hand out, not
+what a GPU pads a pass to (session 16: a 3090 told 16, whose waves are 8 wide, had its 176 as 2 x 88
+priced as 2 x 96, and was given 192).
 Where no tile fits them (noise past STAIR_TOLERANCE, or passes not modelled), their line sets no floor
 below them: it is bounded by FIXED_SHARE_MAX (without_floor; compute_curve.NoFloorCurve says why).
 """
@@ -100,30 +102,30 @@ def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: i
 
 def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[RankMeasure]:
     """The measures, each rank with its curve over whole-tile work and its passes' cost: its tile where
-    its points show stairs wider than the granularity (learned_tile), or another rank's of its tier (the
-    same GPU model runs the same kernels), else the granularity's."""
+    its points show stairs (learned_tile), or another rank's of its tier (the same GPU model runs the same
+    kernels), else none. Micro-batches are priced as they will be handed out: whole multiples of the
+    granularity (or of the tile, where wider) where factorize finds them."""
     granularity = max(1, request.granularity)
-    learning = granularity < MAX_ALIGNED_TILE
-    tiles = {m.rank: learned_tile(m.measured_points(), granularity) if learning else granularity for m in measures}
-    # The tier's tile: the narrowest any of its ranks showed (a rank whose points say nothing shows the
-    # granularity and has no say). A tile too wide is what noise shows (two medians a hair past the
+    tiles = {m.rank: learned_tile(m.measured_points(), 1) for m in measures}
+    # The tier's tile: the narrowest any of its ranks showed (a rank whose points say nothing shows no
+    # tile and has no say). A tile too wide is what noise shows (two medians a hair past the
     # tolerance at the true tile: seed 17 gen-03, a 3090 at 64 and 68 read as 16 wide where the others
     # read 8, and 80 samples then cost the tier no more than 68); a stair narrower than the true one
     # cannot show (the true tile's padding is in the pair's times).
     by_tier: dict[str, int] = {}
     for m in measures:
-        if m.tier is not None and tiles[m.rank] > granularity:
+        if m.tier is not None and tiles[m.rank] > 1:
             by_tier[m.tier] = min(by_tier.get(m.tier, tiles[m.rank]), tiles[m.rank])
     found = []
     for m in measures:
         points = [p for p in m.measured_points() if p[0] > 0 and p[2] > 0]
         if points:  # no point (no split yet): its estimate stays
-            tile = by_tier.get(m.tier, granularity) if m.tier is not None else tiles[m.rank]
+            tile = by_tier.get(m.tier, 1) if m.tier is not None else tiles[m.rank]
             # A count in more passes than its points pays their cost (priors.PASS_COST_PRIOR_S): the
             # plain curve did not see it (seed 73 gen-08: 80 as 5 x 16 on a 5070 Ti measured at 96 as 2 x 48
             # was predicted 0.204 s, proportional, and took 0.217 s)
             curve = tiled_curve(points, tile, micro_batch_cap(m, request), effective_max_k(request),
-                                (m.current_samples, m.micro_batch))
+                                (m.current_samples, m.micro_batch), max(tile, granularity))
             m = replace(m, tiled_curve=curve, tile_samples=tile if tile > granularity else None)
         found.append(m)
     return found
@@ -136,10 +138,11 @@ def without_floor(curve: ComputeCurve) -> ComputeCurve:
 
 
 def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap: int | None,
-                max_k: int, running: tuple[int, int | None] = (0, None)) -> TiledCurve:
+                max_k: int, running: tuple[int, int | None] = (0, None), micro_tile: int = 0) -> TiledCurve:
     """The rank's curve over whole-tile work: measured points at their padded work; a count costs
-    the work of its micro-batches as factorize would choose them with this tile (the count
-    `running` has, its micro-batch now)."""
+    the work of its micro-batches as factorize would choose them with `micro_tile` (the planner's:
+    the granularity or the tile, the wider; this tile without it), or the micro-batch the count
+    `running` has now."""
     pass_cost = points_pass_cost(points)
     base = ComputeCurve.from_points((pass_work(n, m, tile, pass_cost), t) for n, m, t in points)
     if len({pass_work(n, m, tile, pass_cost) for n, m, _ in points}) < 2:
@@ -155,7 +158,7 @@ def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap:
     def work(samples: int) -> float:
         if samples not in known:
             micro = running[1] if samples == running[0] and running[1] else \
-                (factorize(samples, cap, max_k, tile, pass_cost) or (samples, 1))[0]
+                (factorize(samples, cap, max_k, micro_tile or tile, pass_cost) or (samples, 1))[0]
             known[samples] = pass_work(samples, micro, tile, pass_cost)
         return known[samples]
 
