@@ -20,7 +20,7 @@ import pynvml
 import pytest
 
 from gpumix.hw.nvml_backend import NvmlBackend
-from gpumix.hw.nvml_pcie import MOVING_BYTES_PER_S
+from gpumix.hw.nvml_pcie import MOVING_BYTES_PER_S, QUIET_READ_MAX_S, quiet_read_wait_s
 from gpumix.hw.pcie_counters import PCIE_GUARD_MAX_WAIT_S
 from gpumix.sim.machine import IDLE_MEM_BYTES, GpuActivity, SimMachine
 from gpumix.sim.nvml import SimHandle, SimNvml
@@ -178,17 +178,39 @@ def test_a_moderate_rate_on_a_slow_link_stays_on_the_counters(window_world: Worl
     assert world.nvml.window_reads[GPU] == 0
 
 
-def test_an_idle_gpu_on_a_fast_link_costs_one_counter_read_per_slow_interval(world: World) -> None:
+def test_an_idle_gpu_on_a_fast_link_is_read_less_often_the_longer_it_stays_quiet(world: World) -> None:
+    """A read 5 s after the GPU went quiet, then 10 and 20 s later, then every 30 s (QUIET_READ_MAX_S)."""
     world.tick()
     world.one_tick_with_the_guard()  # the first second is guarded (no rate yet): test_the_first_reading_...
-    reads = world.nvml.field_reads[GPU]
-    for _ in range(10):
+    reads, read_at = world.nvml.field_reads[GPU], []
+    for index in range(100):
         samples = world.one_tick_with_the_guard()
         assert samples[GPU].pcie_tx_bytes_per_s == 0.0  # idle: the last measured rate, carried
-    # 10 ticks, a read every 5 s; each tick would be 10, the link's wrap period about 70
-    assert world.nvml.field_reads[GPU] - reads == 2
+        if world.nvml.field_reads[GPU] != reads:
+            assert world.nvml.field_reads[GPU] - reads == 1  # one read, no guard reads between
+            read_at.append(index)
+        reads = world.nvml.field_reads[GPU]
+    # 100 ticks, 5 reads (20 at one every 5 s, 100 at one a tick, about 700 at the link's wrap period); the
+    # waits a tick apart at most from 10, 20, 30, 30 (the guard's reads land between ticks)
+    assert read_at[0] == 4 and len(read_at) == 5
+    gaps = [b - a for a, b in zip(read_at, read_at[1:])]
+    assert all(abs(gap - want) <= 1 for gap, want in zip(gaps, [10, 20, 30, 30], strict=True)), gaps
     world.clock.advance(0.5)
     assert world.backend.poll_pcie_counters() == PCIE_GUARD_MAX_WAIT_S  # nothing due
+
+
+def test_the_quiet_wait_starts_again_at_the_slow_interval_after_the_gpu_works(window_world: World) -> None:
+    world = window_world
+    world.tick()
+    for _ in range(40):  # quiet long enough to be read at the longest wait
+        world.one_tick_with_the_guard()
+    assert quiet_read_wait_s(5.0, world.backend._pcie[GPU].quiet_reads) == QUIET_READ_MAX_S
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=0.5, util_pct=50.0))
+    world.one_tick_with_the_guard()  # utilization: read, and no longer quiet
+    world.machine.set_activity(GPU, GpuActivity())
+    world.one_tick_with_the_guard()  # quiet again: one read so far
+    assert world.backend._pcie[GPU].quiet_reads == 1
+    assert quiet_read_wait_s(5.0, world.backend._pcie[GPU].quiet_reads) == 5.0
 
 
 def test_a_quiet_gpu_is_read_again_the_tick_it_wakes(window_world: World) -> None:
@@ -398,11 +420,12 @@ def test_a_stream_that_wraps_into_a_quiet_looking_step_is_caught_at_the_slow_rea
     step that reads as 2 MB/s, under the threshold, at every slow read. The slow read takes a pair."""
     world = window_world
     _until_a_quiet_read(world)
+    wait_s = int(quiet_read_wait_s(5.0, world.backend._pcie[GPU].quiet_reads))  # 10 s: its second quiet read
     rate = (1 << 32) / 5 * 7 + 10e6
     world.machine.set_activity(GPU, GpuActivity(pcie_tx_bytes_per_s=rate))
-    shown = [world.one_tick_with_the_guard()[GPU].pcie_tx_bytes_per_s for _ in range(8)]
-    assert shown[:4] == [0.0] * 4  # carried until the slow read: the 5 s the schedule allows
-    assert shown[4:] == pytest.approx([rate] * 4, rel=1e-6)  # then the pair's rate, read every tick from there
+    shown = [world.one_tick_with_the_guard()[GPU].pcie_tx_bytes_per_s for _ in range(wait_s + 3)]
+    assert shown[:wait_s - 1] == [0.0] * (wait_s - 1)  # carried until the slow read: what the schedule allows
+    assert shown[wait_s - 1:] == pytest.approx([rate] * 4, rel=1e-6)  # then the pair's rate, every tick from there
 
 
 def test_a_quiet_gpu_is_read_the_tick_its_clocks_or_power_move(window_world: World) -> None:

@@ -11,8 +11,11 @@ before every wrap cost ~14 reads/s per gen5 GPU, 1.4 % of a core on the H200: it
 
 A quiet GPU (no process, no utilization, no traffic at its last read) is read on the slow schedule
 (the backend's slow interval, 5 s) and carries its last rates between reads: on an idle H200 the read was 0.78 ms
-of the hub's 1.4 ms a tick to learn that nothing moved. A GPU that wakes is read on its next tick; a slow
-read whose step could hide wraps takes a pair (a steady stream can alias to a quiet-looking step).
+of the hub's 1.4 ms a tick to learn that nothing moved. Each read in a row that finds it quiet doubles the
+wait for the next, up to QUIET_READ_MAX_S (5, 10, 20, then every 30 s): a fast link's slow read is a pair,
+0.31-0.33 ms a tick at one per 5 s on an H100 (session 13), the largest part of an idle GPU's reading. A GPU
+that wakes is read on its next tick; a slow read whose step could hide wraps takes a pair (a steady stream
+can alias to a quiet-looking step).
 
 What it may import: pynvml, gpumix.hw."""
 
@@ -35,6 +38,9 @@ FIELD_PCIE_RX_BYTES = 198  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES, cumulative
 MOVING_BYTES_PER_S = 50e6
 # The two reads of a pair: nvitop's window is 20 ms, and a gen5 x16 link wraps the counters in 61 ms.
 PAIR_GAP_S = 0.02
+# The longest a GPU that stays quiet goes unread: the rare readings' interval (nvml_backend). Traffic that
+# moves none of its waking signs (utilization, processes, link generation, clocks, power) shows this late.
+QUIET_READ_MAX_S = 30.0
 
 
 def may_move_data(sample: GpuSample, rates: tuple[float, float] | None) -> bool:
@@ -58,6 +64,19 @@ def _same_power(then_w: float | None, now_w: float | None) -> bool:
     if then_w is None or now_w is None:
         return then_w is None and now_w is None
     return abs(now_w - then_w) <= max(5.0, 0.1 * then_w)
+
+
+def quiet_read_wait_s(slow_interval_s: float, quiet_reads: int) -> float:
+    """How long a quiet GPU carries its rates unread after `quiet_reads` reads in a row found it quiet:
+    the slow interval, doubled for each read after the first, at most QUIET_READ_MAX_S."""
+    return min(QUIET_READ_MAX_S, slow_interval_s * 2 ** min(max(0, quiet_reads - 1), 8))
+
+
+def _is_quiet(sample: GpuSample) -> bool:
+    """Nothing runs and nothing moved at this read: no process, no utilization, rates under the threshold."""
+    tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
+    return (not sample.processes and sample.util_gpu_pct == 0 and sample.util_mem_pct == 0
+            and tx is not None and rx is not None and max(tx, rx) < MOVING_BYTES_PER_S)
 
 
 def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
@@ -120,10 +139,11 @@ class NvmlPcie:
                     tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
                     counters.last_rates = (tx, rx) if tx is not None and rx is not None else None
                     counters.signs_at_read, counters.power_at_read_w = _signs(sample), sample.power_w
+                    counters.quiet_reads = counters.quiet_reads + 1 if _is_quiet(sample) else 0
 
     def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last counter rates of a GPU that stays quiet, while its last read is younger than
-        the slow interval; None: read its counters this tick. Quiet: no process, no utilization,
+        quiet_read_wait_s (the slow interval, longer as it stays quiet); None: read its counters this tick. Quiet: no process, no utilization,
         traffic under MOVING_BYTES_PER_S at the last read, and the signs of a waking GPU as they were
         then (link generation, clocks, power): a copy with no kernel and no process listed (another PID
         namespace) moves at least one of them. What moves none is seen at the next slow read."""
@@ -135,7 +155,7 @@ class NvmlPcie:
                 return None
             if counters.windowed or counters.guarded or max(counters.last_rates) >= MOVING_BYTES_PER_S:
                 return None
-            if self._clock() - counters.read_at_s >= self._slow_interval_s:
+            if self._clock() - counters.read_at_s >= quiet_read_wait_s(self._slow_interval_s, counters.quiet_reads):
                 return None
             if counters.signs_at_read != _signs(sample) or not _same_power(counters.power_at_read_w, sample.power_w):
                 return None
