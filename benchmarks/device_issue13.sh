@@ -31,6 +31,9 @@
 #   PART=s13b: the process listing check alone; the dashboard against nvitop at 160x48, idle then busy.
 #   PART=s13agent: the agent's 1 ms steps (CUDA loss) in 6 ABBA pairs without and with a live hub; DDP (one rank,
 #           NCCL) with and without the agent in 5 pairs.
+#   PART=s16: an idle GPU's reading in the hub over TICKS (75) ticks, session 16's code before the quiet GPU's
+#           longer waits (.whl/tree_s16before: `bash benchmarks/tree_at.sh 786757e .whl/tree_s16before`) and
+#           after, in ABBA order.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -267,6 +270,14 @@ if [ "$PART" = b ]; then
   fi
   DEMO=($PY "$REPO/benchmarks/bench_tui.py" --repeats 2 --seconds 8 --warmup "$WARM")
   demo_dashboards 50 "${DEMO[@]}"
+fi
+if [ "$PART" = s16 ]; then  # session 16: a quiet GPU read 5, 10, 20 s apart, then every 30 s
+  COST=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks "${TICKS:-75}" --by-call $SRC)
+  reading() {  # TREE LABEL
+    if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_s16before:$SITE step 110 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
+    else step 110 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
+  }
+  reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
 fi
 say done
 pack
