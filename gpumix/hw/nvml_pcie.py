@@ -143,10 +143,11 @@ class NvmlPcie:
 
     def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last counter rates of a GPU that stays quiet, while its last read is younger than
-        quiet_read_wait_s (the slow interval, longer as it stays quiet); None: read its counters this tick. Quiet: no process, no utilization,
-        traffic under MOVING_BYTES_PER_S at the last read, and the signs of a waking GPU as they were
-        then (link generation, clocks, power): a copy with no kernel and no process listed (another PID
-        namespace) moves at least one of them. What moves none is seen at the next slow read."""
+        quiet_read_wait_s (the slow interval, longer as it stays quiet); None: read its counters this
+        tick. Quiet: no process, no utilization, traffic under MOVING_BYTES_PER_S at the last read, and
+        the signs of a waking GPU as they were then (link generation, clocks, power): a copy with no
+        kernel and no process listed (another PID namespace) moves at least one of them. What moves none
+        is seen at the next slow read."""
         if sample.processes or sample.util_gpu_pct != 0 or sample.util_mem_pct != 0:
             return None  # something runs, or utilization unknown
         with self._pcie_lock:

@@ -90,9 +90,9 @@ def consistent(points: Sequence[tuple[int, int | None, float]], tile: int) -> bo
     return True
 
 
-# How much more of a step a narrower tile's fixed cost may be than the widest fitting tile's before the
-# wider one is taken: two medians 2 % off each, 20 % apart in work, move the line's intercept by about
-# 10-15 % of a step.
+# How much more of a step the fixed cost a narrower tile implies may be than the least any fitting tile
+# implies, before a wider one is taken: two medians 2 % off each, 20 % apart in work, move the line's
+# intercept by about 10-15 % of a step.
 FIXED_SHARE_SLACK = 0.15
 
 
