@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 import pynvml
@@ -193,7 +194,7 @@ def test_an_idle_gpu_on_a_fast_link_is_read_less_often_the_longer_it_stays_quiet
     # 100 ticks, 5 reads (20 at one every 5 s, 100 at one a tick, about 700 at the link's wrap period); the
     # waits a tick apart at most from 10, 20, 30, 30 (the guard's reads land between ticks)
     assert read_at[0] == 4 and len(read_at) == 5
-    gaps = [b - a for a, b in zip(read_at, read_at[1:])]
+    gaps = [b - a for a, b in pairwise(read_at)]
     assert all(abs(gap - want) <= 1 for gap, want in zip(gaps, [10, 20, 30, 30], strict=True)), gaps
     world.clock.advance(0.5)
     assert world.backend.poll_pcie_counters() == PCIE_GUARD_MAX_WAIT_S  # nothing due
