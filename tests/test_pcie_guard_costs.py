@@ -1,9 +1,8 @@
 """The PCIe wrap guard reads only GPUs that may be moving data (issue 13): an idle card whose link
 stays fast (an H200 keeps gen5 x16 at idle) costs one counter read per slow interval (5 s, then longer
-while it stays quiet, up to 30 s), not one per
-wrap period nor one per tick; a busy one is still read often enough to stay exact; one that wakes
-between two ticks gives no rate for that tick rather than an aliased one. Calls are counted on the
-NVML look-alike.
+while it stays quiet, up to 30 s), not one per wrap period nor one per tick; a busy one is still read often
+enough to stay exact; one that wakes between two ticks gives no rate for that tick rather than an aliased
+one. Calls are counted on the NVML look-alike.
 
 The guard runs with `exact_pcie` (the `world` fixture). By default (`window_world`) a busy GPU whose
 link can wrap within a tick costs no guard reads at all: its rate comes from a second counter read
