@@ -72,13 +72,6 @@ def quiet_read_wait_s(slow_interval_s: float, quiet_reads: int) -> float:
     return min(QUIET_READ_MAX_S, slow_interval_s * 2 ** min(max(0, quiet_reads - 1), 8))
 
 
-def _is_quiet(sample: GpuSample) -> bool:
-    """Nothing runs and nothing moved at this read: no process, no utilization, rates under the threshold."""
-    tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
-    return (not sample.processes and sample.util_gpu_pct == 0 and sample.util_mem_pct == 0
-            and tx is not None and rx is not None and max(tx, rx) < MOVING_BYTES_PER_S)
-
-
 def _link_bound(sample: GpuSample, info: GpuInfo) -> float | None:
     """How fast the PCIe counters can move now: the link as negotiated, or its max if unknown."""
     now = link_bytes_per_s(sample.pcie_link_gen_current, sample.pcie_link_width_current)
@@ -139,7 +132,8 @@ class NvmlPcie:
                     tx, rx = sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s
                     counters.last_rates = (tx, rx) if tx is not None and rx is not None else None
                     counters.signs_at_read, counters.power_at_read_w = _signs(sample), sample.power_w
-                    counters.quiet_reads = counters.quiet_reads + 1 if _is_quiet(sample) else 0
+                    quiet = not may_move_data(sample, counters.last_rates)
+                    counters.quiet_reads = counters.quiet_reads + 1 if quiet else 0
 
     def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last counter rates of a GPU that stays quiet, while its last read is younger than

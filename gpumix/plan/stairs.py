@@ -126,10 +126,9 @@ def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: i
     if not fitting:
         return max(1, granularity)
     shares = {tile: fixed_share(found, tile) for tile in fitting}
-    known = [share for share in shares.values() if share is not None]
-    if shares[fitting[0]] is None or not known:
+    if shares[fitting[0]] is None:  # one work under the narrowest: under every wider one too
         return fitting[0]
-    least = min(known)
+    least = min(share for share in shares.values() if share is not None)
     return next(t for t in fitting if (share := shares[t]) is not None and share <= least + FIXED_SHARE_SLACK)
 
 
