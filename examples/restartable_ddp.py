@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import time
@@ -59,6 +60,15 @@ def main() -> None:
     if cuda:
         torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl" if cuda else "gloo")
+    train(args, cuda, local_rank)
+    # DDP sits in reference cycles and holds the process group: collect it now, with every rank still
+    # running, so the group is not torn down while the interpreter exits (see examples/ddp_train.py).
+    gc.collect()
+    dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
+    """The whole run on this rank, from the plan and the checkpoint to the last step or a restart point."""
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     dtype = getattr(torch, args.dtype)
@@ -138,7 +148,6 @@ def main() -> None:
     if args.final and rank == 0 and step >= args.steps:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.final)
     gpumix.agent.stop()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

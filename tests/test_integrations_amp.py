@@ -218,7 +218,7 @@ def test_a_precision_that_cannot_be_read_is_left_out_and_training_goes_on(hub_so
 # -- DeepSpeed (a real engine, in a process of its own: it initialises torch.distributed) -------------
 
 DEEPSPEED_TRAINER = r"""
-import os, sys
+import gc, os, sys
 import torch
 import deepspeed
 import gpumix.agent
@@ -245,6 +245,9 @@ for index in range(3):
         engine.step()
 print("skipped", engine.skipped_steps, "scale", getattr(engine.optimizer, "loss_scale", None))
 agent.close(5.0)
+del engine  # it holds the process group: tear the group down here, not while the interpreter exits
+gc.collect()
+torch.distributed.destroy_process_group()
 """
 
 

@@ -3,6 +3,7 @@ rank's gradient the full-batch gradient; without it, it is not. And the sampler 
 
 from __future__ import annotations
 
+import gc
 import socket
 from pathlib import Path
 
@@ -32,36 +33,46 @@ def grads(module) -> list:
     return [p.grad.detach().clone() for p in module.parameters()]
 
 
-def worker(rank: int, port: int, out: str) -> None:
+def train_and_save(rank: int, out: str) -> None:
+    """Three DDP runs of one step; each one's gradients go to out/rank{rank}.pt."""
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+
+    x, y = data(torch)
+    indices = next(GlobalBatchSampler(DATASET_LEN, SPLIT, rank, seed=SEED).steps())
+    weight = loss_weight(SPLIT[rank], len(SPLIT), sum(SPLIT))
+    results = {}
+    for name, scale in (("weighted", weight), ("plain", 1.0)):
+        ddp = DistributedDataParallel(model(torch))
+        loss = torch.nn.functional.mse_loss(ddp(x[indices]), y[indices]) * scale
+        loss.backward()
+        results[name] = grads(ddp.module)
+    ddp = DistributedDataParallel(model(torch))
+    micro_batches = list(split_micro_batches(indices, MICRO[rank]))
+    for i, micro in enumerate(micro_batches):
+        loss = torch.nn.functional.mse_loss(ddp(x[micro]), y[micro])
+        loss = loss * weight * len(micro) / SPLIT[rank]
+        if i < len(micro_batches) - 1:
+            with ddp.no_sync():  # accumulate locally, all-reduce once at the last
+                loss.backward()
+        else:
+            loss.backward()
+    results["accumulated"] = grads(ddp.module)
+    torch.save(results, Path(out) / f"rank{rank}.pt")
+
+
+def worker(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=len(SPLIT))
     try:
-        x, y = data(torch)
-        indices = next(GlobalBatchSampler(DATASET_LEN, SPLIT, rank, seed=SEED).steps())
-        weight = loss_weight(SPLIT[rank], len(SPLIT), sum(SPLIT))
-        results = {}
-        for name, scale in (("weighted", weight), ("plain", 1.0)):
-            ddp = DistributedDataParallel(model(torch))
-            loss = torch.nn.functional.mse_loss(ddp(x[indices]), y[indices]) * scale
-            loss.backward()
-            results[name] = grads(ddp.module)
-        ddp = DistributedDataParallel(model(torch))
-        micro_batches = list(split_micro_batches(indices, MICRO[rank]))
-        for i, micro in enumerate(micro_batches):
-            loss = torch.nn.functional.mse_loss(ddp(x[micro]), y[micro])
-            loss = loss * weight * len(micro) / SPLIT[rank]
-            if i < len(micro_batches) - 1:
-                with ddp.no_sync():  # accumulate locally, all-reduce once at the last
-                    loss.backward()
-            else:
-                loss.backward()
-        results["accumulated"] = grads(ddp.module)
-        torch.save(results, Path(out) / f"rank{rank}.pt")
+        train_and_save(rank, out)
     finally:
+        # The DDP objects hold the process group and sit in reference cycles: collect them here, so
+        # the group is torn down now and not while the interpreter exits, where a rank once aborted
+        # ("terminate called without an active exception", CI of session 16). As examples/ddp_train.py.
+        gc.collect()
         dist.destroy_process_group()
 
 
