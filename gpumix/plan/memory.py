@@ -55,7 +55,7 @@ def effective_max_k(request: PlanRequest) -> int:
 
 
 def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1,
-              pass_cost: float = 0.0) -> tuple[int, int] | None:
+              pass_cost: float = 0.0, widest: int = MAX_ALIGNED_TILE) -> tuple[int, int] | None:
     """(m, k) with m * k == samples, m <= cap, k <= max_k and k as small as possible; None if none.
     With a tile (the granularity, or one learned: a pass computes whole tiles), the split of least work
     k * (padded m + p): each pass's samples padded to whole tiles, plus `pass_cost` samples a pass (the
@@ -65,14 +65,16 @@ def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1,
     half the cap (good_count's range) and micro-batches of whole T. Under a cap of 133 at 3.4 samples
     a pass (a 4090): 176 in tiles of 16 is 2 x 88 (192 + 6.8), not 11 x 16 (176 + 37.4); at 1 sample a
     pass 11 x 16 (187 against 194). At granularity 4, 168 (aligned to 8) is 3 x 56 (168 + 10.2) against
-    2 x 84 (84 or 88: 172 + 6.8)."""
+    2 x 84 (84 or 88: 172 + 6.8). `widest`: the widest tile the rank's points leave open (stairs.widest_tile),
+    past which the alignment is no guess: a 3060 measured at 96 and 76 as 2 x 48 and 2 x 38 is no 16-wide
+    tile (76 would cost 96's time), so 80 is 2 x 40 there, not 5 x 16 for a tile of 16 its points rule out."""
     if cap is None or samples <= cap:
         return samples, 1
     low_k = least_passes(samples, cap)
     high_k = min(max_k, samples)
     if tile <= 1:
         return next(((samples // k, k) for k in range(low_k, high_k + 1) if samples % k == 0), None)
-    aligned = aligned_tile(samples, tile)
+    aligned = min(aligned_tile(samples, tile), max(tile, widest))
     splits = []  # (k, m, padded work in samples)
     for k in range(low_k, high_k + 1):
         micro = samples // k

@@ -40,6 +40,7 @@ from statistics import median
 
 from gpumix.model.step_model import CommModel
 from gpumix.plan.memory import (
+    MAX_ALIGNED_TILE,
     effective_max_k,
     estimate_mem_per_sample,
     factorize,
@@ -199,7 +200,8 @@ def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
         n = counts[i]
         # the pass cost its curve priced the count at (stairs.points_pass_cost), so it runs as predicted
         micro, k = factorize(n, caps[i], max_k, m.tile_samples or request.granularity,
-                             points_pass_cost(m.measured_points())) or (n, 1)
+                             points_pass_cost(m.measured_points()),
+                             m.widest_tile_samples or MAX_ALIGNED_TILE) or (n, 1)
         time_s = m.expected_time_s(n)  # as the step is predicted (plan.padding)
         ranks.append(RankPlan(
             rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,

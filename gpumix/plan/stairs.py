@@ -132,6 +132,17 @@ def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: i
     return next(t for t in fitting if (share := shares[t]) is not None and share <= least + FIXED_SHARE_SLACK)
 
 
+def widest_tile(points: Sequence[tuple[int, int | None, float]], tile: int) -> int:
+    """The widest tile (tile x 2^j <= MAX_ALIGNED_TILE) the points are consistent with at every width from
+    `tile` up to it: where a pass may be padded to, as far as they say. MAX_ALIGNED_TILE where they say
+    nothing (one work); `tile` where even it does not fit them."""
+    found = [p for p in points if p[0] > 0 and p[2] > 0]
+    widest = tile = max(1, tile)
+    while tile * 2 <= MAX_ALIGNED_TILE and consistent(found, tile * 2):
+        widest = tile = tile * 2
+    return widest
+
+
 def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[RankMeasure]:
     """The measures, each rank with its curve over whole-tile work and its passes' cost: its tile where
     its points show stairs (learned_tile), or another rank's of its tier (the same GPU model runs the same
@@ -148,17 +159,26 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
     for m in measures:
         if m.tier is not None and tiles[m.rank] > 1:
             by_tier[m.tier] = min(by_tier.get(m.tier, tiles[m.rank]), tiles[m.rank])
+    # The widest tile a pass may be padded to: the narrowest any rank of the tier leaves open (one card
+    # model pads alike), so a count's alignment past it is no guess (memory.factorize).
+    widest = {m.rank: widest_tile(m.measured_points(), 1) for m in measures}
+    widest_by_tier: dict[str, int] = {}
+    for m in measures:
+        if m.tier is not None:
+            widest_by_tier[m.tier] = min(widest_by_tier.get(m.tier, widest[m.rank]), widest[m.rank])
     found = []
     for m in measures:
         points = [p for p in m.measured_points() if p[0] > 0 and p[2] > 0]
         if points:  # no point (no split yet): its estimate stays
             tile = by_tier.get(m.tier, 1) if m.tier is not None else tiles[m.rank]
+            open_tile = max(tile, widest_by_tier[m.tier] if m.tier is not None else widest[m.rank])
             # A count in more passes than its points pays their cost (priors.PASS_COST_PRIOR_S): the
             # plain curve did not see it (seed 73 gen-08: 80 as 5 x 16 on a 5070 Ti measured at 96 as 2 x 48
             # was predicted 0.204 s, proportional, and took 0.217 s)
             curve = tiled_curve(points, tile, micro_batch_cap(m, request), effective_max_k(request),
-                                (m.current_samples, m.micro_batch), max(tile, granularity))
-            m = replace(m, tiled_curve=curve, tile_samples=tile if tile > granularity else None)
+                                (m.current_samples, m.micro_batch), max(tile, granularity), open_tile)
+            m = replace(m, tiled_curve=curve, tile_samples=tile if tile > granularity else None,
+                        widest_tile_samples=open_tile)
         found.append(m)
     return found
 
@@ -170,11 +190,12 @@ def without_floor(curve: ComputeCurve) -> ComputeCurve:
 
 
 def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap: int | None,
-                max_k: int, running: tuple[int, int | None] = (0, None), micro_tile: int = 0) -> TiledCurve:
+                max_k: int, running: tuple[int, int | None] = (0, None), micro_tile: int = 0,
+                widest: int = MAX_ALIGNED_TILE) -> TiledCurve:
     """The rank's curve over whole-tile work: measured points at their padded work; a count costs
     the work of its micro-batches as factorize would choose them with `micro_tile` (the planner's:
-    the granularity or the tile, the wider; this tile without it), or the micro-batch the count
-    `running` has now."""
+    the granularity or the tile, the wider; this tile without it) and `widest` (widest_tile), or the
+    micro-batch the count `running` has now."""
     pass_cost = points_pass_cost(points)
     base = ComputeCurve.from_points((pass_work(n, m, tile, pass_cost), t) for n, m, t in points)
     if len({pass_work(n, m, tile, pass_cost) for n, m, _ in points}) < 2:
@@ -190,7 +211,7 @@ def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap:
     def work(samples: int) -> float:
         if samples not in known:
             micro = running[1] if samples == running[0] and running[1] else \
-                (factorize(samples, cap, max_k, micro_tile or tile, pass_cost) or (samples, 1))[0]
+                (factorize(samples, cap, max_k, micro_tile or tile, pass_cost, widest) or (samples, 1))[0]
             known[samples] = pass_work(samples, micro, tile, pass_cost)
         return known[samples]
 
