@@ -13,7 +13,7 @@ from __future__ import annotations
 from gpumix.plan.memory import MAX_ACCUMULATION_STEPS, MAX_ALIGNED_TILE, factorize
 from gpumix.plan.planner import plan
 from gpumix.plan.split_types import PlanRequest, RankMeasure
-from gpumix.plan.stairs import widest_tile, with_stairs
+from gpumix.plan.stairs import learned_tile, widest_tile, with_stairs
 
 GIB = 1 << 30
 PER_SAMPLE_BYTES = 0.1 * GIB
@@ -74,3 +74,15 @@ def test_the_plan_hands_out_the_micro_batch_it_priced() -> None:
     slow = next(r for r in proposed.ranks if r.rank == 0)
     assert (slow.samples, slow.micro_batch, slow.accumulation_steps) == (80, 40, 2)
     assert abs(slow.compute_s - 0.4579) < 1e-3
+
+
+def test_a_stair_learned_leaves_the_tiles_past_it_open_and_noise_rules_nothing_out() -> None:
+    # a 4090 (waves of 16): 128 in one pass, 176 as 2 x 88 taking 96's two passes of work: 16 learned, 16 open
+    stair = [(128, 128, 0.2000), (176, 88, 0.3000 + 0.0054)]
+    assert widest_tile(stair, 16) == MAX_ALIGNED_TILE
+    # a card learned at 8 whose points 16 would also fit: 16 stays open (the search from 8 up, not from 1,
+    # where 2 does not fit them: 68 is 6 % more work than 64 in 12.5 % more time)
+    eight = [(64, 64, 0.1000), (68, 68, 0.1125)]  # 68 padded to 8s is 72, to 16s is 80
+    assert learned_tile(eight, 1) == 8 and widest_tile(eight, 8) == 16
+    # points no tile fits (a median off by noise) say nothing: every tile stays open
+    assert widest_tile([(96, 96, 0.20), (112, 112, 0.30)], 1) == MAX_ALIGNED_TILE

@@ -134,13 +134,15 @@ def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: i
 
 def widest_tile(points: Sequence[tuple[int, int | None, float]], tile: int) -> int:
     """The widest tile (tile x 2^j <= MAX_ALIGNED_TILE) the points are consistent with at every width from
-    `tile` up to it: where a pass may be padded to, as far as they say. MAX_ALIGNED_TILE where they say
-    nothing (one work); `tile` where even it does not fit them."""
+    `tile` (the one learned from them) up to it: how wide a pass may be padded, as far as they say.
+    MAX_ALIGNED_TILE where they rule nothing out: one work, or no fit even at `tile` (noise)."""
     found = [p for p in points if p[0] > 0 and p[2] > 0]
-    widest = tile = max(1, tile)
+    tile = max(1, tile)
+    if not consistent(found, tile):
+        return MAX_ALIGNED_TILE
     while tile * 2 <= MAX_ALIGNED_TILE and consistent(found, tile * 2):
-        widest = tile = tile * 2
-    return widest
+        tile *= 2
+    return tile
 
 
 def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[RankMeasure]:
@@ -161,7 +163,7 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
             by_tier[m.tier] = min(by_tier.get(m.tier, tiles[m.rank]), tiles[m.rank])
     # The widest tile a pass may be padded to: the narrowest any rank of the tier leaves open (one card
     # model pads alike), so a count's alignment past it is no guess (memory.factorize).
-    widest = {m.rank: widest_tile(m.measured_points(), 1) for m in measures}
+    widest = {m.rank: widest_tile(m.measured_points(), tiles[m.rank]) for m in measures}
     widest_by_tier: dict[str, int] = {}
     for m in measures:
         if m.tier is not None:
