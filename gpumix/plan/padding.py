@@ -24,18 +24,12 @@ from gpumix.model.compute_curve import ComputeCurve
 from gpumix.model.step_model import Basis
 from gpumix.plan.memory import MAX_ALIGNED_TILE, effective_max_k, micro_batch_cap
 from gpumix.plan.split_types import PlanRequest, RankMeasure
-from gpumix.plan.stairs import consistent, tiled_curve
+from gpumix.plan.stairs import fitting_tiles, tiled_curve
 
 
 def open_tiles(points: Sequence[tuple[int, int | None, float]], granularity: int) -> set[int]:
     """The tiles wider than the granularity (x 2^j, at most MAX_ALIGNED_TILE) these points do not rule out."""
-    found = [p for p in points if p[0] > 0 and p[2] > 0]
-    tiles, tile = set(), max(1, granularity) * 2
-    while tile <= MAX_ALIGNED_TILE:
-        if consistent(found, tile):
-            tiles.add(tile)
-        tile *= 2
-    return tiles
+    return set(fitting_tiles(points, max(1, granularity) * 2))
 
 
 PADDING_BASIS = "another count: the mean of the plain curve and of whole tiles of {tiles} samples (not yet ruled out)"

@@ -110,6 +110,18 @@ def fixed_share(points: Sequence[tuple[int, int | None, float]], tile: int) -> f
     return abs(mean_t - slope * mean_w) / min(times)
 
 
+def fitting_tiles(points: Sequence[tuple[int, int | None, float]], narrowest: int) -> list[int]:
+    """The tiles from `narrowest` up (x 2^j, at most MAX_ALIGNED_TILE) the points are consistent with,
+    narrowest first."""
+    found = [p for p in points if p[0] > 0 and p[2] > 0]
+    tiles, tile = [], max(1, narrowest)
+    while tile <= MAX_ALIGNED_TILE:
+        if consistent(found, tile):
+            tiles.append(tile)
+        tile *= 2
+    return tiles
+
+
 def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: int) -> int:
     """The narrowest tile (granularity x 2^j <= MAX_ALIGNED_TILE) the points (samples, micro-batch,
     compute s) are consistent with, unless a wider consistent one explains them with a fixed cost smaller
@@ -118,11 +130,7 @@ def learned_tile(points: Sequence[tuple[int, int | None, float]], granularity: i
     fit no tile with a fixed cost of 38 % of a step and tiles of 8 with none; the narrowest priced 56
     above 52, and the plan left the 4090s on their stair)."""
     found = [p for p in points if p[0] > 0 and p[2] > 0]
-    fitting, tile = [], max(1, granularity)
-    while tile <= MAX_ALIGNED_TILE:
-        if consistent(found, tile):
-            fitting.append(tile)
-        tile *= 2
+    fitting = fitting_tiles(found, granularity)
     if not fitting:
         return max(1, granularity)
     shares = {tile: fixed_share(found, tile) for tile in fitting}
@@ -157,17 +165,11 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
     # tolerance at the true tile: seed 17 gen-03, a 3090 at 64 and 68 read as 16 wide where the others
     # read 8, and 80 samples then cost the tier no more than 68); a stair narrower than the true one
     # cannot show (the true tile's padding is in the pair's times).
-    by_tier: dict[str, int] = {}
-    for m in measures:
-        if m.tier is not None and tiles[m.rank] > 1:
-            by_tier[m.tier] = min(by_tier.get(m.tier, tiles[m.rank]), tiles[m.rank])
+    by_tier = _narrowest_by_tier(measures, {rank: tile for rank, tile in tiles.items() if tile > 1})
     # The widest tile a pass may be padded to: the narrowest any rank of the tier leaves open (one card
     # model pads alike), so a count's alignment past it is no guess (memory.factorize).
     widest = {m.rank: widest_tile(m.measured_points(), tiles[m.rank]) for m in measures}
-    widest_by_tier: dict[str, int] = {}
-    for m in measures:
-        if m.tier is not None:
-            widest_by_tier[m.tier] = min(widest_by_tier.get(m.tier, widest[m.rank]), widest[m.rank])
+    widest_by_tier = _narrowest_by_tier(measures, widest)
     found = []
     for m in measures:
         points = [p for p in m.measured_points() if p[0] > 0 and p[2] > 0]
@@ -183,6 +185,15 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
                         widest_tile_samples=open_tile)
         found.append(m)
     return found
+
+
+def _narrowest_by_tier(measures: Sequence[RankMeasure], tiles: dict[int, int]) -> dict[str, int]:
+    """Each tier's narrowest tile among its ranks' in `tiles` (a rank not in it has no say)."""
+    by_tier: dict[str, int] = {}
+    for m in measures:
+        if m.tier is not None and m.rank in tiles:
+            by_tier[m.tier] = min(by_tier.get(m.tier, tiles[m.rank]), tiles[m.rank])
+    return by_tier
 
 
 def without_floor(curve: ComputeCurve) -> ComputeCurve:
