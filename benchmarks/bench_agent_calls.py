@@ -18,7 +18,9 @@ before sampling), and each run's `device_copies` says how many steps copied. `--
 inside each step (a step of a real length, so that the copying steps count in the p99) and times only
 the agent's calls around it. With --profile FILE, one more run under cProfile (the training thread's calls; with the hub when
 there is one) writes its stats to FILE and its top functions by own time into the JSON.
-The JSON holds every run, each case's median of run medians and p99s, the machine and its load.
+The JSON holds every run, each case's median of run medians and p99s, the machine and its load, and each
+run's `bare_step_median_us`: the same timing around a `with` that does nothing (none of the agent's code),
+taken right after the run, so that a run slow because the machine was slow shows it.
 """
 
 from __future__ import annotations
@@ -105,6 +107,36 @@ def timed_steps(agent: Agent, steps: int, loss: torch.Tensor, body_s: float,
     return times, copied
 
 
+class BareStep:
+    """The machine's speed on this path, none of the agent's code: a `with` whose record takes the loss
+    and does nothing else. Timed in each run right after the agent's steps, the same way (this VM's runs
+    differ 3-fold in their medians: the reference tells a slow machine from a slow agent)."""
+
+    __slots__ = ("loss",)
+
+    def __enter__(self) -> BareStep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def bare_steps_us(steps: int, loss: torch.Tensor, body_s: float) -> float:
+    """The median µs of `steps` bare steps timed as timed_steps times the agent's."""
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        context = BareStep()
+        step = context.__enter__()
+        begun = time.perf_counter()
+        spin(body_s)
+        ending = time.perf_counter()
+        step.loss = loss
+        context.__exit__(None, None, None)
+        times.append(begun - started + time.perf_counter() - ending)
+    return statistics.median(times) * 1e6
+
+
 def spread_us(times: list[float]) -> dict:
     """Count, median, mean, p99 and max of some steps' times, in µs (None when there are none)."""
     if not times:
@@ -133,6 +165,7 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
         profile.disable()
     if loss.device.type == "cuda":
         torch.cuda.synchronize()
+    bare_us = bare_steps_us(min(steps, 1000), loss, args.body_us * 1e-6)
     connects, last_step = agent.sender.connects, agent.steps - 1
     copies = agent.sampling.copies
     agent.close(timeout_s=5.0 if address != ABSENT else 0.1)
@@ -146,7 +179,7 @@ def one_run(address: str, steps: int, loss: torch.Tensor, args: argparse.Namespa
             "p99_us": times[int(0.99 * len(times))] * 1e6, "max_us": times[-1] * 1e6,
             "connects": connects, "dropped": dropped, "hub_last_step": received, "steps": steps,
             "send_period_s": agent.sender.period_s, "device_read_interval_s": agent.sampling.interval_s,
-            "device_copies": copies,
+            "device_copies": copies, "bare_step_median_us": bare_us,
             # the steps that copied CUDA values and the others apart: which of them makes the tail
             "copying_steps": spread_us([t for t, c in zip(times_in_order, copied, strict=True) if c]),
             "other_steps": spread_us([t for t, c in zip(times_in_order, copied, strict=True) if not c])}
@@ -167,6 +200,7 @@ def summary(runs: list[dict]) -> dict:
             "median_us_range": [min(r["median_us"] for r in runs), max(r["median_us"] for r in runs)],
             "p99_us_range": [min(r["p99_us"] for r in runs), max(r["p99_us"] for r in runs)],
             "other_steps_mean_us": statistics.median(r["other_steps"]["mean_us"] for r in runs),
+            "bare_step_median_us": statistics.median(r["bare_step_median_us"] for r in runs),
             "other_steps_p99_us": statistics.median(r["other_steps"]["p99_us"] for r in runs),
             "copying_steps_mean_us": statistics.median(m for r in runs if (m := r["copying_steps"]["mean_us"]) is not None)
             if any(r["copying_steps"]["count"] for r in runs) else None}

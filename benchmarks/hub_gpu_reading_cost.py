@@ -77,6 +77,8 @@ def main() -> None:
     ticks_s: list[float] = []
     next_s = time.monotonic()
     for tick in range(args.warmup + args.ticks):
+        if tick == args.warmup:  # calls counted over the measured ticks only (a schedule may settle in the warm-up)
+            by_call.clear()
         started = time.process_time()
         hub.tick()
         if tick >= args.warmup:
@@ -97,7 +99,7 @@ def main() -> None:
               "tick_cpu_ms_mean": tick_ms, "tick_cpu_ms_median": statistics.median(ticks_s) * 1e3,
               "gpu_reading_cpu_ms_mean": reading_ms, "per_gpu_cpu_ms": per_gpu_ms, "rest_cpu_ms": rest_ms,
               f"estimate_{n}_gpus_no_rank_pct_of_one_core": (rest_ms + n * per_gpu_ms) / 10.0,
-              "by_call_cpu_us": {name: {"calls_per_tick": len(times) / (args.warmup + args.ticks),
+              "by_call_cpu_us": {name: {"calls_per_tick": len(times) / args.ticks,
                                          "mean_us": statistics.fmean(times) * 1e6} for name, times in sorted(by_call.items())},
               "ticks_cpu_ms": [t * 1e3 for t in ticks_s], "readings_cpu_ms": [r * 1e3 for r in readings],
               "pcie_tx_rx_bytes_per_s_ticks": pcie_rates[args.warmup:]}
