@@ -157,8 +157,8 @@ class Agent:
         """End a step (leaving the record's `with` calls this). Never raises.
 
         The training thread's cost per step is the point here (issue 13): no call that is not needed,
-        the script's numbers found in the record's own __dict__ (a number not set is a class default,
-        never looked at), plain ints and floats passed over by their type."""
+        the script's numbers found in the record's own __dict__ (the agent's own fields are slots, and a
+        number not set is a class default, never looked at), plain ints and floats passed over by their type."""
         try:
             record.end_s = end_s = time.perf_counter()
             if values:
@@ -170,7 +170,7 @@ class Agent:
             if self._amp is not None and record.loss_scale is None:
                 record.loss_scale = self._amp.scale_tensor()
             due = end_s >= self.sampling.next_s  # the sampling rule (agent/sampling.py), without a call
-            if due:  # else the class default, False (one entry fewer in the record's __dict__)
+            if due:
                 record.device_due = True
             copied = False
             torch = self._torch or self._find_torch()

@@ -42,8 +42,11 @@ class StepRecord:
     no sync now); when the step ends each becomes a plain number (gpumix/agent/values.py).
     The record is its own context manager (one object a step, not two): leaving the `with` ends it."""
 
-    # the agent in a slot, out of __dict__: the step's end looks through __dict__ for the numbers set
-    __slots__ = ("_agent", "__dict__", "__weakref__")
+    # What the agent itself holds lives in slots, out of __dict__: the step's end looks through __dict__
+    # for the numbers the script set, so only those are walked there (issue 13: the training thread's
+    # cost per step). Every slot is set in __init__ (a slot has no class default).
+    __slots__ = ("_agent", "index", "begin_s", "end_s", "step_time_s", "data_wait_s", "device_due",
+                 "__dict__", "__weakref__")
 
     # Every number of RECORD_NUMBERS is an attribute, None until set (class defaults below: nothing
     # per step; a number the script sets is in the instance's __dict__, where the step's end looks).
@@ -56,16 +59,22 @@ class StepRecord:
     optimizer_s: Any
     comm_s: Any
     loss_scale: Any
-    end_s: float | None = None
-    step_time_s: float | None = None  # previous step's end to this one's end
-    data_wait_s: float | None = None  # previous step's end to this one's begin
-    device_due = False  # its CUDA values are copied (agent/sampling.py), decided when it ends
+    samples: Any
+    tokens: Any
+    end_s: float | None  # when the step ended (perf_counter s)
+    step_time_s: float | None  # previous step's end to this one's end
+    data_wait_s: float | None  # previous step's end to this one's begin
+    device_due: bool  # its CUDA values are copied (agent/sampling.py), decided when it ends
 
     def __init__(self, index: int, samples: Any, tokens: Any, agent: _EndsSteps | None = None) -> None:
         self._agent = agent  # who ends it when the `with` is left
         self.index = index
-        self.samples = samples
-        self.tokens = tokens
+        if samples is not None:  # else the class default: one entry fewer for the step's end to walk
+            self.samples = samples
+        if tokens is not None:
+            self.tokens = tokens
+        self.end_s = self.step_time_s = self.data_wait_s = None
+        self.device_due = False
         self.begin_s = time.perf_counter()
 
     def __enter__(self) -> StepRecord:
