@@ -165,8 +165,10 @@ def encode_batch(batch: list[dict[str, Any]], columns: bool) -> bytes:
 class Sender:
     def __init__(self, address: str, hello: Callable[[], dict[str, Any]], max_messages: int = QUEUE_MESSAGES,
                  collect: Collect | None = None, pending: Callable[[], int] | None = None,
-                 period_s: float | None = None, wake: threading.Event | None = None) -> None:
+                 period_s: float | None = None, wake: threading.Event | None = None,
+                 prepare: Callable[[], None] | None = None) -> None:
         self.address = address
+        self._prepare = prepare or (lambda: None)  # called on this thread at each wake-up, hub or none
         self._hello = hello
         self._collect_steps = collect or (lambda final, limit: [])
         self._steps_pending = pending or (lambda: 0)
@@ -268,6 +270,7 @@ class Sender:
         backoff = BACKOFF_START_S
         retry_at = 0.0
         while True:
+            self._prepare()
             closing = self._closing.is_set()
             if closing and time.monotonic() >= self._deadline:
                 break
