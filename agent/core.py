@@ -231,7 +231,7 @@ class Agent:
         """On the sender thread, at each of its wake-ups (a hub or none) and each collect: once the training
         thread has initialized CUDA, move this thread to its device and swap in the pinned block, so that
         the training thread's copies allocate none, also while no hub is there to collect for (before, each
-        copy of a rank without a hub pinned a buffer of its own: 0.4 ms on the training thread, H100)."""
+        copy of a rank without a hub pinned a buffer of its own: a cudaHostAlloc on the training thread)."""
         if self._steps_device is not None and not self._sender_on_device:
             self._sender_on_device = use_device(self._steps_device)
             self._pinned = pinned_block(sys.modules["torch"], self._pinned)

@@ -81,7 +81,7 @@ def test_the_collecting_thread_swaps_the_block_in_once_cuda_is_initialized(monke
 
 def test_without_a_hub_the_sender_swaps_the_block_in_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no hub the sender never collects; its wake-ups still swap the block in, so that a rank trained
-    without the monitor does not pin a buffer at each copy (0.4 ms on the training thread, H100)."""
+    without the monitor does not pin a buffer at each copy (a cudaHostAlloc on the training thread)."""
     fake = _TorchWithoutPinning()
     monkeypatch.setattr(core, "use_device", lambda index: True)
     monkeypatch.setattr(core, "pinned_block", lambda torch_module, current: pinned_block(fake, current))
