@@ -36,7 +36,7 @@
 #           after, in ABBA order.
 #   PART=s18: session 16's quiet-GPU waits measured: an idle GPU's reading in the hub, ABBA as PART=s16 but
 #           after WARMUP (36) ticks, so that the TICKS (60) counted hold the 30 s schedule's reads (at 35 s, then
-#           65 and 95 s); then the agent's 1 ms steps (CUDA loss) in 4 ABBA pairs with each run's bare-step reference.
+#           65 and 95 s); then the agent's 1 ms steps (CUDA loss) in PAIRS (3) ABBA pairs with each run's bare-step reference.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -289,8 +289,8 @@ if [ "$PART" = s18 ]; then  # session 18: the quiet GPU's waits on a real GPU, t
     else step 115 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
   }
   reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
-  [ "$DRY" != 1 ] && step 130 "agent per step, 1 ms steps, CUDA loss, 4 ABBA pairs, bare-step reference" $PY \
-    "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs 4 --steps 5000 --body-us 1000 \
+  [ "$DRY" != 1 ] && step 80 "agent per step, 1 ms steps, CUDA loss, ${PAIRS:-3} ABBA pairs, bare-step reference" $PY \
+    "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs "${PAIRS:-3}" --steps 5000 --body-us 1000 \
     --out "$WORK/agent_calls_1ms_ref.json"
 fi
 say done
