@@ -284,9 +284,10 @@ if [ "$PART" = s16 ]; then  # session 16: a quiet GPU read 5, 10, 20 s apart, th
 fi
 if [ "$PART" = s18 ]; then  # session 18: the quiet GPU's waits on a real GPU, then the agent with its reference
   COST=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks "${TICKS:-60}" --warmup "${WARMUP:-36}" --by-call $SRC)
+  limit=$(( ${TICKS:-60} + ${WARMUP:-36} + 20 ))  # the ticks, the start (NVML's init, the imports)
   reading() {  # TREE LABEL
-    if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_s16before:$SITE step 115 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
-    else step 115 "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
+    if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_s16before:$SITE step $limit "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"
+    else step $limit "reading, $2" "${COST[@]}" --out "$WORK/reading_$2.json"; fi
   }
   reading before idle_before_1; reading after idle_after_1; reading after idle_after_2; reading before idle_before_2
   [ "$DRY" != 1 ] && step 80 "agent per step, 1 ms steps, CUDA loss, ${PAIRS:-3} ABBA pairs, bare-step reference" $PY \
