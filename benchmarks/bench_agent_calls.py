@@ -276,7 +276,10 @@ def main() -> None:
             if hub_process is not None:
                 hub_process.terminate()
                 hub_process.wait(10)
-    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "device": args.device,
+    import gpumix
+
+    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "gpumix_from": gpumix.__path__[0],
+              "device": args.device,
               "steps": args.steps, "pairs": args.pairs, "body_us": args.body_us, "gpu_work": args.gpu_work,
               "device_read_interval_s": runs[cases[0]][0]["device_read_interval_s"], "hub": "started: gpumix hub --sim mixed-10"
               if hub_process is not None else args.hub_socket, "machine": machine(),

@@ -2,13 +2,16 @@
 for 10 GPUs; a box with one GPU can measure the per-GPU part and the rest, not ten real GPUs).
 
     python benchmarks/hub_gpu_reading_cost.py --ticks 20 --out gpu_reading_cost.json
+    python benchmarks/hub_gpu_reading_cost.py --ticks 20 --alias-gpus 10 --out gpu_reading_cost_10.json
 
 A real `Hub` on this machine's NVML ticks once a second, no rank and no client; each tick's process
 CPU (time.process_time: the PCIe window's calls run on threads of their own) is split into the GPUs'
 reading (`backend.sample()`, NVML's calls and our wrapper, timed inside the tick) and the rest (host,
 processes, snapshot, history, merge). Per GPU = the GPUs' reading over the GPU count. The estimate for
 N GPUs is rest + N x per GPU (the rest grows a little with N too: rows and history, which the simulated
-10-GPU figure in docs/hub.md counts). Read-only: NVML getters only.
+10-GPU figure in docs/hub.md counts). That estimate is a ceiling: most of a one-GPU reading once a second
+is paid once a tick, not once a GPU (benchmarks/alias_nvml.py); `--alias-gpus 10` reads the machine's GPU
+as ten, each a real read, which gives a floor. Read-only: NVML getters only.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main() -> None:
@@ -29,13 +33,15 @@ def main() -> None:
     parser.add_argument("--sim", metavar="RIG", help="a dry run on a simulated rig (its world is counted in the reading)")
     parser.add_argument("--by-call", action="store_true",
                         help="also time each NVML function the backend asks through its module (process CPU per call)")
+    parser.add_argument("--alias-gpus", type=int, metavar="N",
+                        help="read the machine's GPUs as N (benchmarks/alias_nvml.py: each a real one in turn)")
     parser.add_argument("--out")
     args = parser.parse_args()
     from gpumix.cli.hardware import open_hardware
     from gpumix.hub.core import Hub
 
     by_call: dict[str, list[float]] = {}
-    if args.by_call and not args.sim:
+    if (args.by_call or args.alias_gpus) and not args.sim:
         import pynvml
 
         from gpumix.hw.hardware import Hardware
@@ -55,7 +61,13 @@ def main() -> None:
                         by_call.setdefault(name, []).append(time.process_time() - started)
                 return timed
 
-        hub = Hub(Hardware(backend=NvmlBackend(nvml=TimedNvml()), source="nvml"))
+        nvml: Any = TimedNvml() if args.by_call else pynvml
+        if args.alias_gpus:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from alias_nvml import AliasNvml
+
+            nvml = AliasNvml(args.alias_gpus, base=nvml)
+        hub = Hub(Hardware(backend=NvmlBackend(nvml=nvml), source="nvml"))
         by_call.clear()  # the start's calls are not a tick's
     else:
         hub = Hub(open_hardware(sim_file=args.sim))
@@ -96,6 +108,7 @@ def main() -> None:
 
     result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "gpumix_from": gpumix.__path__[0], "gpus": gpus,
               "names": sorted({info.name for info in backend.gpus()}), "ticks": args.ticks,
+              "aliased": bool(args.alias_gpus),  # the GPUs are the machine's real ones read in turn
               "tick_cpu_ms_mean": tick_ms, "tick_cpu_ms_median": statistics.median(ticks_s) * 1e3,
               "gpu_reading_cpu_ms_mean": reading_ms, "per_gpu_cpu_ms": per_gpu_ms, "rest_cpu_ms": rest_ms,
               f"estimate_{n}_gpus_no_rank_pct_of_one_core": (rest_ms + n * per_gpu_ms) / 10.0,
