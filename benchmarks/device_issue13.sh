@@ -39,9 +39,10 @@
 #           65 and 95 s); then the agent's 1 ms steps (CUDA loss) in PAIRS (3) ABBA pairs with each run's bare-step reference.
 #   PART=s19: the floor under a GPU's reading (benchmarks/nvml_tick_floor.py: the tick's getters in raw pynvml
 #           against gpumix's reading, once a second, idle then busy); the machine's GPU read as 1 and as 10
-#           (benchmarks/alias_nvml.py) in ABBA order, idle, and AB busy (TICKS 16 after WARMUP 6); the hub's CPU per
-#           tick with the GPU as 10 and 0 and 10 ranks; the agent's 1 ms steps, session 17's tree
-#           (.whl/tree_s17: `bash benchmarks/tree_at.sh 6ae5f4b .whl/tree_s17`) against this one's in ABBA order.
+#           (benchmarks/alias_nvml.py), idle (TICKS 16 after WARMUP 6); the hub's CPU per tick with the GPU as 10
+#           and 0 and 10 ranks; the agent's 1 ms steps, session 17's tree (.whl/tree_s17: `bash benchmarks/tree_at.sh
+#           6ae5f4b .whl/tree_s17`) against this one's in ABBA order (PAIRS 1 each); the idle readings again in
+#           the other order (ABBA); busy: the floor and the GPU read as 1 and 10. What comes last is skipped first.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -299,28 +300,29 @@ if [ "$PART" = s18 ]; then  # session 18: the quiet GPU's waits on a real GPU, t
     "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs "${PAIRS:-3}" --steps 5000 --body-us 1000 \
     --out "$WORK/agent_calls_1ms_ref.json"
 fi
-if [ "$PART" = s19 ] && [ "$DRY" != 1 ]; then  # session 19 (NVML only: no dry run)
+if [ "$PART" = s19 ] && [ "$DRY" != 1 ]; then  # session 19 (NVML only: no dry run); what comes last is skipped first
   floor() { step "$(( $1 + 25 ))" "NVML floor, $2" $PY -P "$REPO/benchmarks/nvml_tick_floor.py" --rounds "$1" --label "$2" \
     --out "$WORK/nvml_tick_floor_$2.json"; }
   ALIAS=($PY -P "$REPO/benchmarks/hub_gpu_reading_cost.py" --ticks "${TICKS:-16}" --warmup "${WARMUP:-6}")
   limit=$(( ${TICKS:-16} + ${WARMUP:-6} + 20 ))
   aliased() { step $limit "reading as $1 GPUs, $2" "${ALIAS[@]}" --alias-gpus "$1" --out "$WORK/reading_alias$1_$2.json"; }
-  floor 40 idle
-  aliased 1 idle_1; aliased 10 idle_1; aliased 10 idle_2; aliased 1 idle_2
-  step 80 "hub CPU per tick, the GPU read as 10, 0 and 10 ranks" $PY "$REPO/benchmarks/bench_hub.py" --tick-cpu \
-    --tick-ranks 0,10 --tick-seconds 15 --tick-warmup 3 --out "$WORK/hub_tick_alias10.json" \
-    --hub-command "$PY -P $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
-  start_load 300
-  floor 24 busy
-  aliased 1 busy_1; aliased 10 busy_1
-  stop_load
   agent() {  # TREE LABEL
-    local run=($PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs "${PAIRS:-2}" --steps 5000
+    local run=($PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs "${PAIRS:-1}" --steps 5000
       --body-us 1000 --out "$WORK/agent_$2.json")
     if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_s17:$SITE step 50 "agent, $2" "${run[@]}"
     else step 50 "agent, $2" "${run[@]}"; fi
   }
+  floor "${FLOOR_ROUNDS:-24}" idle
+  aliased 1 idle_1; aliased 10 idle_1
+  step 80 "hub CPU per tick, the GPU read as 10, 0 and 10 ranks" $PY "$REPO/benchmarks/bench_hub.py" --tick-cpu \
+    --tick-ranks 0,10 --tick-seconds 15 --tick-warmup 3 --out "$WORK/hub_tick_alias10.json" \
+    --hub-command "$PY -P $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
   agent before before_1; agent after after_1; agent after after_2; agent before before_2
+  aliased 10 idle_2; aliased 1 idle_2
+  start_load 300
+  floor "${FLOOR_ROUNDS:-24}" busy
+  aliased 1 busy_1; aliased 10 busy_1
+  stop_load
 fi
 say done
 pack
