@@ -35,6 +35,7 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "ideal": _prediction_json(p.ideal),
         "speedup": p.speedup if math.isfinite(p.speedup) else None,  # None: nothing runs now
         "kept_current": p.kept_current,
+        "interpolated": p.interpolated,  # every count within its rank's measured ones (plan.interpolation)
         "note": p.note,
         "fast_tier_only": fast,
         "basis": {"compute": [{"rank": rank, **basis.to_json()} for rank, basis in p.compute_basis],

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from statistics import median
 
 from gpumix.model.step_model import CommModel
+from gpumix.plan.interpolation import interpolates
 from gpumix.plan.memory import (
     MAX_ALIGNED_TILE,
     effective_max_k,
@@ -147,6 +148,7 @@ def plan(measures: Sequence[RankMeasure], request: PlanRequest, time_limit_s: fl
         best_without_tier=best_without_tier(part, request, comm, deadline),
         compute_basis=tuple((m.rank, padding_basis(m, m.compute_estimate()[1])) for m in part),
         comm_basis=comm.basis([m.link_bytes_per_s for m in part]),
+        interpolated=not kept and len(part) == len(measures) and interpolates(part, ranks),
     )
 
 

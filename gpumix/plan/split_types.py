@@ -173,6 +173,8 @@ class Plan:
     # what the predictions stand on: each rank's compute curve, and the communication
     compute_basis: tuple[tuple[int, Basis], ...] = ()
     comm_basis: Basis | None = None
+    # every count within what its rank measured, the pacing rank's padding in no doubt (plan.interpolation)
+    interpolated: bool = False
 
     @property
     def speedup(self) -> float:
