@@ -110,7 +110,8 @@ def main() -> None:
               "names": sorted({info.name for info in backend.gpus()}), "ticks": args.ticks,
               "aliased": bool(args.alias_gpus),  # the GPUs are the machine's real ones read in turn
               "tick_cpu_ms_mean": tick_ms, "tick_cpu_ms_median": statistics.median(ticks_s) * 1e3,
-              "gpu_reading_cpu_ms_mean": reading_ms, "per_gpu_cpu_ms": per_gpu_ms, "rest_cpu_ms": rest_ms,
+              "gpu_reading_cpu_ms_mean": reading_ms,
+              "gpu_reading_cpu_ms_median": statistics.median(readings) * 1e3, "per_gpu_cpu_ms": per_gpu_ms, "rest_cpu_ms": rest_ms,
               f"estimate_{n}_gpus_no_rank_pct_of_one_core": (rest_ms + n * per_gpu_ms) / 10.0,
               "by_call_cpu_us": {name: {"calls_per_tick": len(times) / args.ticks,
                                          "mean_us": statistics.fmean(times) * 1e6} for name, times in sorted(by_call.items())},
