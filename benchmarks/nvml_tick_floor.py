@@ -13,7 +13,8 @@ no timer inside it):
   - power_first: the same with power first (is the first call's cost the call's, or the tick's?);
   - memory_v2: hub_order with nvmlDeviceGetMemoryInfo's version 2 (a cheaper call?);
   - per_call: hub_order with each call timed apart (where the set's time goes).
-Then gpumix's reading of the same GPU, 0.5 s later. Read-only: NVML getters only, nothing set.
+Then gpumix's reading, 0.5 s later: of every GPU of the machine, per GPU (on a one-GPU machine, the same
+GPU). Read-only: NVML getters only, nothing set.
 """
 
 from __future__ import annotations
