@@ -21,11 +21,6 @@ from gpumix.plan.split_types import RankMeasure, RankPlan
 from gpumix.plan.stairs import learned_tile, pass_work, widest_tile
 
 
-def _compute_now_s(measure: RankMeasure) -> float:
-    speed = measure.compute_samples_per_s
-    return measure.current_samples / speed if measure.current_samples > 0 and speed > 0 else 0.0
-
-
 def interpolates(measures: Sequence[RankMeasure], ranks: Sequence[RankPlan]) -> bool:
     """Every rank's planned count lies within the counts it has measured (two at least), and the rank
     pacing the step now takes a count whose padding its points leave in no doubt."""
@@ -36,7 +31,7 @@ def interpolates(measures: Sequence[RankMeasure], ranks: Sequence[RankPlan]) -> 
         counts = {n for n, _, _ in m.measured_points()}
         if len(counts) < 2 or not min(counts) <= planned[m.rank].samples <= max(counts):
             return False
-    pacing = max(measures, key=_compute_now_s)
+    pacing = max(measures, key=lambda m: m.current_compute_s)
     points = pacing.measured_points()
     tile = learned_tile(points, 1)
     widest = widest_tile(points, tile)

@@ -43,7 +43,7 @@ def hindsight_error(measures: Sequence[RankMeasure]) -> float | None:
     for m in measures:
         if m.current_samples <= 0:
             continue
-        measured_s = m.current_samples / m.compute_samples_per_s
+        measured_s = m.current_compute_s
         earlier = [(n, t) for n, t in m.compute_points if n != m.current_samples]
         repeats += [abs(t - measured_s) / measured_s for n, t in m.compute_points if n == m.current_samples]
         if len({n for n, _ in earlier}) >= 2:

@@ -74,14 +74,18 @@ class RankMeasure:
             return self.samples_per_s / self.compute_share
         return self.samples_per_s
 
+    @property
+    def current_compute_s(self) -> float:
+        """A step's compute at the split running now, in seconds (0 where the rank runs none)."""
+        return self.current_samples / self.compute_samples_per_s if self.current_samples > 0 else 0.0
+
     def compute_estimate(self) -> tuple[ComputeCurve, Basis]:
         """t_r(n) and what it stands on: the points measured before, and the split running now
         (measured last, so it wins)."""
-        speed = self.compute_samples_per_s
         if self.current_samples > 0:
-            now: tuple[float, float] | None = (self.current_samples, self.current_samples / speed)
+            now: tuple[float, float] | None = (self.current_samples, self.current_compute_s)
         else:  # not running now: its speed still gives one point
-            now = None if self.compute_points else (1.0, 1.0 / speed)
+            now = None if self.compute_points else (1.0, 1.0 / self.compute_samples_per_s)
         ages = self.compute_point_ages_s if len(self.compute_point_ages_s) == len(self.compute_points) \
             else tuple(None for _ in self.compute_points)
         return compute_estimate(self.compute_points, ages, now)
@@ -105,7 +109,7 @@ class RankMeasure:
             len(self.compute_points) else tuple(None for _ in self.compute_points)
         points = [(n, m, t) for (n, t), m in zip(self.compute_points, micros, strict=True)]
         if self.current_samples > 0:
-            points.append((self.current_samples, self.micro_batch, self.current_samples / self.compute_samples_per_s))
+            points.append((self.current_samples, self.micro_batch, self.current_compute_s))
         return points
 
 
