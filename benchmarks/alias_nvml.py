@@ -18,6 +18,8 @@ from typing import Any
 
 import pynvml
 
+from gpumix.hw.nvml_topology import _text  # NVML's strings come as str or bytes, by binding version
+
 
 class AliasHandle:
     """Device `index` of the aliased set: the real handle it reads through."""
@@ -63,7 +65,3 @@ class AliasNvml:
             return real(*(arg.real if isinstance(arg, AliasHandle) else arg for arg in args), **kwargs)
         setattr(self, name, on_real)  # found directly from now on (the same wrapper cost for 1 and N aliases)
         return on_real
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

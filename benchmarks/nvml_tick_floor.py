@@ -83,6 +83,7 @@ def main() -> None:
     import pynvml
 
     from gpumix.hw.nvml_backend import NvmlBackend
+    from gpumix.hw.nvml_topology import _text
 
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(args.gpu)
@@ -112,11 +113,10 @@ def main() -> None:
                 raw[variant].append(spent)
             gpumix_us.append(reading_us / max(1, len(backend.gpus())))
         next_s += 1.0
-    name = pynvml.nvmlDeviceGetName(handle)
     result: dict[str, Any] = {
         "benchmark": "nvml_tick_floor", "label": args.label, "command": " ".join(["python", *sys.argv]),
-        "gpu_name": name.decode() if isinstance(name, bytes) else name,
-        "driver": (lambda v: v.decode() if isinstance(v, bytes) else v)(pynvml.nvmlSystemGetDriverVersion()),
+        "gpu_name": _text(pynvml.nvmlDeviceGetName(handle)),
+        "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
         "gpus_read_by_gpumix": len(backend.gpus()), "rounds": args.rounds,
         "raw_set_cpu": {variant: _stats(values) for variant, values in raw.items() if values},
         "raw_per_call_cpu": {call: _stats(values) for call, values in per_call.items()},

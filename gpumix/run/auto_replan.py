@@ -84,9 +84,10 @@ class AutoReplan:
             self._note(f"no plan: {error}")
             return None
         self._next_check_s = now_s + CHECK_S  # planning costs a little: once per CHECK_S once warmed up
-        if plan.kept_current or not plan.speedup >= self.bar(plan):
+        bar = self.bar(plan)
+        if plan.kept_current or not plan.speedup >= bar:
             asked = "interpolated, " if plan.interpolated else ""
-            self._note(f"kept: {plan.speedup:.2f}x predicted, {asked}{self.bar(plan):.2f}x asked"
+            self._note(f"kept: {plan.speedup:.2f}x predicted, {asked}{bar:.2f}x asked"
                        f" (slowest rank at step {min(r.get('step') or 0 for r in ranks)})")
             return None
         self._note(f"proposed auto-{self.proposed + 1}")
