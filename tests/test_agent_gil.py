@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import torch
 from gpumix.agent import sender as sender_module
 from gpumix.agent.core import Agent
 from gpumix.agent.values import coerce
-from tests.waiting import wait_until
+from tests.waiting import step_work, wait_until
 
 ABSENT = "/nonexistent/gpumix-hub.sock"  # no hub: the sender never collects, the test does
 
@@ -104,9 +103,7 @@ def test_the_sender_builds_a_backlog_in_pieces_with_a_pause_between(hub_socket, 
         for index in range(600):  # steps far faster than the sender's period: a backlog per wake-up
             with agent.step(samples=8) as step:
                 step.loss = float(index)
-                until_s = time.perf_counter() + 5e-6  # a step's work: an empty step can end under the
-                while time.perf_counter() < until_s:  # hub's least step time (1 µs), which drops it
-                    pass
+                step_work()
         last_seen = lambda: [r["step"] for r in hub.snapshot()["ranks"] if r["job"] == "pieces"]  # noqa: E731
         assert wait_until(lambda: last_seen() == [598], 30), last_seen()
     finally:

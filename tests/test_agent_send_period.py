@@ -15,7 +15,7 @@ import pytest
 from gpumix.agent import sender as sender_module
 from gpumix.agent.core import Agent
 from gpumix.hub import Hub
-from tests.waiting import wait_until
+from tests.waiting import step_work, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +90,7 @@ def test_an_agent_with_a_bad_override_warns_once_and_still_sends(
         assert agent.sender.period_s == sender_module.PERIOD_S
         for _ in range(3):
             with agent.step(samples=8):
-                pass
+                step_work()  # the hub keeps every step: step 2 must arrive
     finally:
         agent.close()
     assert wait_until(lambda: hub_step(hub, "bad-period") == 2, 10)

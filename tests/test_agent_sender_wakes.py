@@ -13,7 +13,7 @@ from gpumix.agent import sender as sender_module
 from gpumix.agent.core import Agent
 from gpumix.agent.step_ring import StepRing
 from gpumix.hub import Hub
-from tests.waiting import wait_until
+from tests.waiting import step_work, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -91,7 +91,7 @@ def test_a_burst_after_quiet_steps_wakes_the_sender_before_the_ring_overwrites(
                 time.sleep(0.2)
         for _ in range(40):  # crosses half, then waits: the sender must go now, not at its 10 s send
             with agent.step(samples=8):
-                pass
+                step_work()  # the hub keeps every step: step 42 must arrive
         assert wait_until(lambda: (hub_step(hub, "burst") or 0) >= 30, 2.5)  # long before the next send
         assert agent.dropped == 0
     finally:

@@ -46,3 +46,14 @@ async def wait_until_async(predicate: Callable[[], Any], timeout_s: float = 5.0,
                 raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
             return value
         await pause(poll_s)
+
+
+STEP_WORK_S = 5e-6  # a test step's own work: an empty step can end under the hub's least step time (1 µs)
+
+
+def step_work(seconds: float = STEP_WORK_S) -> None:
+    """Spin for a test step's work, so that the hub keeps the step (it drops one timed under 1 µs)."""
+    until_s = time.perf_counter() + seconds
+    while time.perf_counter() < until_s:
+        pass
+
