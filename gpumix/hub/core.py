@@ -79,6 +79,9 @@ class Hub:
         self._lock = threading.Lock()  # guards everything below: the parts are not thread-safe themselves
         self._snapshot: dict[str, Any] | None = None
         self._ready = threading.Event()
+        # one tick at a time: a control's tick (the new caps shown at once) waits for the sampler's, so a
+        # reading taken before a change is never published after the one taken since (a stale cap for a tick)
+        self._tick_lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ticks = 0
@@ -118,6 +121,10 @@ class Hub:
 
     def tick(self) -> dict[str, Any]:
         """One sampling round: hardware, host, processes; returns the new snapshot."""
+        with self._tick_lock:
+            return self._tick()
+
+    def _tick(self) -> dict[str, Any]:
         for callback in self.on_tick:
             callback()
         machine = self.hardware.machine
