@@ -2,7 +2,8 @@
 code they replace, a guarded `_call` per reading (kept below as the reference; the link width as session 11
 asks it): under random faults (permanent,
 transient, lost, a function missing from the binding) the samples, the errors remembered, the GPUs lost and
-the NVML calls asked, in order, are the same tick after tick."""
+the NVML calls asked, in order (but for the 20 ms windows asked in parallel: CI at b07cf0c saw two of
+them swap), are the same tick after tick."""
 
 from __future__ import annotations
 
@@ -116,7 +117,24 @@ def test_tick_readings_match_the_guarded_call_per_reading_under_random_faults() 
             assert old.sample() == new.sample()
             assert old.backend.unsupported == new.backend.unsupported
             assert old.backend._lost == new.backend._lost
-            assert old.nvml.order == new.nvml.order
+            assert in_order(old.nvml.order) == in_order(new.nvml.order)
+
+
+PARALLEL = "nvmlDeviceGetPcieThroughput"  # asked for every GPU at once (gpumix/hw/call_pool.py)
+
+
+def in_order(calls: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The calls as asked, each block of the 20 ms windows (run in parallel, so in any order) sorted."""
+    ordered: list[tuple[int, str]] = []
+    block: list[tuple[int, str]] = []
+    for call in [*calls, (-1, "")]:
+        if call[1] == PARALLEL:
+            block.append(call)
+            continue
+        ordered += sorted(block)
+        block = []
+        ordered.append(call)
+    return ordered[:-1]
 
 
 def test_a_tick_asks_its_readings_without_a_call_per_reading(monkeypatch) -> None:  # type: ignore[no-untyped-def]
