@@ -55,7 +55,8 @@ def effective_max_k(request: PlanRequest) -> int:
 
 
 def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1,
-              pass_cost: float = 0.0, widest: int = MAX_ALIGNED_TILE) -> tuple[int, int] | None:
+              pass_cost: float = 0.0, widest: int = MAX_ALIGNED_TILE,
+              least_tile: int | None = None) -> tuple[int, int] | None:
     """(m, k) with m * k == samples, m <= cap, k <= max_k and k as small as possible; None if none.
     With a tile (the granularity, or one learned: a pass computes whole tiles), the split of least work
     k * (padded m + p): each pass's samples padded to whole tiles, plus `pass_cost` samples a pass (the
@@ -67,7 +68,12 @@ def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1,
     pass 11 x 16 (187 against 194). At granularity 4, 168 (aligned to 8) is 3 x 56 (168 + 10.2) against
     2 x 84 (84 or 88: 172 + 6.8). `widest`: the widest tile the rank's points leave open (stairs.widest_tile),
     past which the alignment is no guess: a 3060 measured at 96 and 76 as 2 x 48 and 2 x 38 is no 16-wide
-    tile (76 would cost 96's time), so 80 is 2 x 40 there, not 5 x 16 for a tile of 16 its points rule out."""
+    tile (76 would cost 96's time), so 80 is 2 x 40 there, not 5 x 16 for a tile of 16 its points rule out.
+    `least_tile`: the narrowest tile the card may compute in, where `tile` is only the granularity asked
+    (the tile its points showed, 1 for none; None: `tile` is the card's own). Where the best whole-tile
+    split takes at least two passes more than the fewest, the fewest-pass split is priced padded on
+    average from that tile up, and taken if cheaper: 112 under a cap of 84 at granularity 16, no tile
+    learned, runs as 2 x 56, not 7 x 16 (docs/planner.md, "Session 20")."""
     if cap is None or samples <= cap:
         return samples, 1
     low_k = least_passes(samples, cap)
@@ -85,7 +91,13 @@ def factorize(samples: int, cap: int | None, max_k: int, tile: int = 1,
         return factorize(samples, cap, max_k)
     # Each pass costs its tiles and the pass cost: measured at 5.0-5.4 ms on an H100 (priors.PASS_COST_PRIOR_S),
     # 3.4 samples of a 4090 computing 0.2 s for 128, so 176 as 2 x 88 (2 x 6 waves of 16) beats 11 x 16.
-    k, micro, _ = min(splits, key=lambda s: (s[2] + s[0] * pass_cost, s[0]))
+    k, micro, work = min(splits, key=lambda s: (s[2] + s[0] * pass_cost, s[0]))
+    if least_tile is not None and least_tile < tile and k >= low_k + 2:
+        fewest_k = next((j for j in range(low_k, k) if samples % j == 0), None)
+        if fewest_k is not None:
+            fewest_work = fewest_k * (_mean_padded(samples // fewest_k, least_tile, aligned) + pass_cost)
+            if fewest_work < work + k * pass_cost:
+                return samples // fewest_k, fewest_k
     return micro, k
 
 

@@ -203,7 +203,7 @@ def _proposed_ranks(measures: Sequence[RankMeasure], part: Sequence[RankMeasure]
         # the pass cost its curve priced the count at (stairs.points_pass_cost), so it runs as predicted
         micro, k = factorize(n, caps[i], max_k, m.tile_samples or request.granularity,
                              points_pass_cost(m.measured_points()),
-                             m.widest_tile_samples or MAX_ALIGNED_TILE) or (n, 1)
+                             m.widest_tile_samples or MAX_ALIGNED_TILE, m.learned_tile_samples) or (n, 1)
         time_s = m.expected_time_s(n)  # as the step is predicted (plan.padding)
         ranks.append(RankPlan(
             rank=m.rank, gpu_uuid=m.gpu_uuid, samples=n, micro_batch=micro,

@@ -60,7 +60,8 @@ class RankMeasure:
     compute_point_ages_s: tuple[float | None, ...] = ()  # the points' ages (the hub's age_s); () unknown
     compute_point_micro_batches: tuple[int | None, ...] = ()  # the points' micro-batches; () unknown
     tiled_curve: ComputeCurve | None = None  # set by the planner where stairs were learned (plan.stairs)
-    tile_samples: int | None = None  # the tile learned with it
+    tile_samples: int | None = None  # the tile learned with it, where wider than the granularity
+    learned_tile_samples: int = 1  # the tile its points (or its tier's) show, whatever the granularity; 1: none
     widest_tile_samples: int | None = None  # the widest tile its points (or its tier's) leave open (plan.stairs)
     # where no tile was learned and one count measured: the curves under each wider tile the tier's
     # points do not rule out (plan.padding); a prediction takes their mean with the plain curve's

@@ -182,7 +182,7 @@ def with_stairs(measures: Sequence[RankMeasure], request: PlanRequest) -> list[R
             curve = tiled_curve(points, tile, micro_batch_cap(m, request), effective_max_k(request),
                                 (m.current_samples, m.micro_batch), max(tile, granularity), open_tile)
             m = replace(m, tiled_curve=curve, tile_samples=tile if tile > granularity else None,
-                        widest_tile_samples=open_tile)
+                        learned_tile_samples=tile, widest_tile_samples=open_tile)
         found.append(m)
     return found
 
@@ -224,7 +224,7 @@ def tiled_curve(points: Sequence[tuple[int, int | None, float]], tile: int, cap:
     def work(samples: int) -> float:
         if samples not in known:
             micro = running[1] if samples == running[0] and running[1] else \
-                (factorize(samples, cap, max_k, micro_tile or tile, pass_cost, widest) or (samples, 1))[0]
+                (factorize(samples, cap, max_k, micro_tile or tile, pass_cost, widest, tile) or (samples, 1))[0]
             known[samples] = pass_work(samples, micro, tile, pass_cost)
         return known[samples]
 

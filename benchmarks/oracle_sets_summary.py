@@ -1,0 +1,74 @@
+"""Aggregate oracle_replan.py sets (issue 16's split goal) per group: the mean share of the oracle's gain, the
+rigs under 85 %, the sets whose worst rig is at least 85 %, restarts and the median prediction error, over the
+rigs where the oracle gains at least 5 % (the goal's rigs).
+
+    python benchmarks/oracle_sets_summary.py --group "23 sets, after_s20" 'benchmarks/results/oracle_replan_*_after_s20_*.json' \
+        --out benchmarks/results/oracle_replan_sets_s20_2026-12-07.json
+
+Each --group is a label and globs, comma-separated (quoted); a set is named by its granularity and seed."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+WORTH_GAIN = 0.05  # the goal's rigs: the oracle gains at least this over the equal split
+GOAL_WORST = 0.85
+
+
+def set_name(data: dict[str, Any]) -> str:
+    return f"g{data['granularity']}_{data['seed']}"
+
+
+def summarize(paths: list[str]) -> dict[str, Any]:
+    shares: list[float] = []
+    under: list[str] = []
+    worst_by_set: dict[str, float] = {}
+    restarts: list[int] = []
+    errors: list[float] = []
+    for path in sorted(paths):
+        data = json.loads(Path(path).read_text())
+        name = set_name(data)
+        worth = [rig for rig in data["rigs"] if rig["oracle_gain"] >= WORTH_GAIN]
+        shares += [rig["gain_share_of_oracle"] for rig in worth]
+        under += [f"{name} {rig['rig']} {100 * rig['gain_share_of_oracle']:.1f} %"
+                  for rig in worth if rig["gain_share_of_oracle"] < GOAL_WORST]
+        worst_by_set[name] = round(100 * min((rig["gain_share_of_oracle"] for rig in worth), default=1.0), 1)
+        restarts += [rig["restarts"] for rig in data["rigs"]]
+        errors += [plan["prediction_error"] for rig in data["rigs"] for plan in rig["plans"] if "prediction_error" in plan]
+    return {"sets": len(worst_by_set), "rigs": len(restarts), "rigs_where_oracle_gains_5pct": len(shares),
+            "mean_share_where_oracle_gains_5pct": statistics.fmean(shares) if shares else None,
+            "rigs_under_85pct": under,
+            "sets_whose_worst_is_at_least_85pct": sum(w >= 100 * GOAL_WORST for w in worst_by_set.values()),
+            "restarts_mean": statistics.fmean(restarts) if restarts else None,
+            "rigs_with_3_restarts": sum(r >= 3 for r in restarts),
+            "prediction_error_median": statistics.median(errors) if errors else None,
+            "worst_share_by_set_pct": worst_by_set}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--group", nargs=2, action="append", metavar=("LABEL", "GLOB"), required=True)
+    parser.add_argument("--out", help="write the groups' aggregates here as JSON")
+    args = parser.parse_args()
+    groups = {}
+    for label, pattern in args.group:
+        paths = sorted({path for one in pattern.split(",") for path in glob.glob(one.strip())})
+        if not paths:
+            parser.error(f"--group {label!r}: no file matches {pattern!r}")
+        groups[label] = {"glob": pattern, **summarize(paths)}
+        found = groups[label]
+        print(f"{label}: {found['sets']} sets, mean share {100 * found['mean_share_where_oracle_gains_5pct']:.2f} %, "
+              f"{len(found['rigs_under_85pct'])} rigs under 85 %, {found['sets_whose_worst_is_at_least_85pct']} sets met, "
+              f"restarts {found['restarts_mean']:.3f}, median error {100 * found['prediction_error_median']:.2f} %")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"command": "python benchmarks/oracle_sets_summary.py " + " ".join(
+            f"--group {label!r} {pattern!r}" for label, pattern in args.group), "groups": groups}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
