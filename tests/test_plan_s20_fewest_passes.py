@@ -4,7 +4,8 @@ At granularity 16 under a micro-batch cap of 84, 112 samples split into whole ti
 into 2 x 56, which pads to 2 x 64 if the card computes in tiles of 16. Where no tile was learned, 16 is
 only what the user asked counts to be multiples of: the card may compute in tiles of 1 to 16, and 2 x 56
 pads on average to 57.6 a pass. Five passes fewer win then. Where the card's points showed tiles of 16,
-the padding is known and 7 x 16 stays (CI-able figures: a slow card, 0.86 samples a pass)."""
+the padding is known and 7 x 16 stays. The cards below are slow (0.86 samples a pass), so that
+the pass cost does not decide it alone."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ def test_the_fewest_passes_win_where_the_tile_is_only_the_granularity() -> None:
     assert factorize(112, 84, MAX_ACCUMULATION_STEPS, 16, 2.0, least_tile=16) == (16, 7)  # learned: no guess
     # tiles of 8 learned under a granularity of 16: 2 x 56 pads to 56 or 64, 124 against 126
     assert factorize(112, 84, MAX_ACCUMULATION_STEPS, 16, 2.0, least_tile=8) == (56, 2)
-    # only where whole tiles cost two passes more than the fewest: 88 in tiles of 8 under 84 (2 x 44 or 11
-    # x 8) is priced as before however the tile is known (session 14's learned-tile case)
+    # a tile learned as wide as the one handed out is the card's: session 14's 88 in learned tiles of 8 under
+    # 84 stays 11 x 8 (88 + 5.5 against 2 x 48 + 1); averaged from tiles of 1 it would be 2 x 44 (90 + 1)
     assert factorize(88, 84, MAX_ACCUMULATION_STEPS, 8, 0.5, least_tile=8) == (8, 11)
+    assert factorize(88, 84, MAX_ACCUMULATION_STEPS, 8, 0.5, least_tile=1) == (44, 2)
     assert factorize(96, 84, MAX_ACCUMULATION_STEPS, 16, 2.0, least_tile=1) == (48, 2)  # whole tiles already
 
 
