@@ -11,8 +11,10 @@ from textual.widgets import Static
 
 from gpumix.cli.hardware import open_hardware
 from gpumix.cli.node import start_node
+from gpumix.plan.inputs import plan_from_snapshot
+from gpumix.plan.plan_json import plan_to_json
 from gpumix.tui.app import GpumixApp
-from gpumix.tui.plan_screen import PlanScreen
+from gpumix.tui.plan_screen import PlanScreen, leaving_out_is_faster
 from gpumix.tui.power_screens import ConfirmScreen
 from tests.screen import screen_text
 from tests.waiting import wait_until_async
@@ -26,6 +28,12 @@ def at_step(hub: Any, step: int, ranks: int) -> bool:
     """`ranks` demo ranks report, all at `step` or beyond."""
     found = demo_ranks(hub)
     return len(found) == ranks and min(r["step"] or 0 for r in found) >= step
+
+
+def offers_without(hub: Any) -> bool:
+    """The split dialog would offer the job without a tier now (its button's own rule)."""
+    _, plan = plan_from_snapshot(hub.snapshot(), "demo")
+    return leaving_out_is_faster(plan_to_json(plan))
 
 
 async def until(predicate, timeout_s: float, what: str = "the condition") -> Any:
@@ -81,6 +89,9 @@ async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
             await until(lambda: at_step(node.hub, 12, ranks=10), 90)
             await until(lambda: (run := node.hub.snapshot()["run"]) and run["ranks"] == 10 and run["stragglers"], 30,
                         "the run's stragglers")
+            # the offer rests on measured step times, 2-5 % apart here: CI at 68250f9, its box busy beside it,
+            # pressed `s` on a measurement that did not make it, so the test waits until the plan makes it
+            await until(lambda: offers_without(node.hub), 60, "the plan to offer the job without the 3060s")
             before = node.hub.snapshot()["run"]
             await pilot.press("s")
             await until(lambda: isinstance(app.screen, PlanScreen), 10)

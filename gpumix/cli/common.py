@@ -30,6 +30,13 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
+def stderr_line(text: str) -> None:
+    """One line to stderr in one write, flushed. print writes the text and the newline apart: a signal whose
+    handler raises between them (`gpumix power profile`, `gpumix run`) ran the next line into this one."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 def fail(prog: str, message: str, code: int = EXIT_USAGE) -> NoReturn:
     sys.stderr.write(f"{prog}: {message}\n")
     sys.exit(code)

@@ -19,6 +19,7 @@ from gpumix.cli.common import (
     gpu_index,
     positive_float,
     positive_int,
+    stderr_line,
 )
 from gpumix.power import profile  # light: its bounds and defaults are in the flags' help
 from gpumix.wire.snapshot_types import Snapshot, Source
@@ -181,7 +182,7 @@ def run_profile(args: argparse.Namespace, source: PowerSource) -> int:
     """`gpumix power profile TIER`: the dry run prints the steps and sends nothing; a run restores
     the original caps however it ends (gpumix.power.profile)."""
     def say(line: str) -> None:
-        print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+        stderr_line(f"{PROG}: {line}")
 
     def given(name: str, default: float) -> Any:
         value = getattr(args, name, None)

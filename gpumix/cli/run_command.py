@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from gpumix.cli.common import (
     non_negative_float,
     positive_float,
     positive_int,
+    stderr_line,
 )
 from gpumix.wire.paths import default_hub_address
 
@@ -57,7 +57,7 @@ def run_supervised(args: argparse.Namespace) -> int:
         fail(PROG, f"{args.plan}: not a usable plan: {error}")
     job = args.job or Path(next((part for part in reversed(command) if part.endswith(".py")), command[0])).stem
     supervisor = Supervisor(command, job, hub=args.hub or default_hub_address(), plan=plan,
-                            say=lambda line: print(line, file=sys.stderr, flush=True), granularity=args.granularity,
+                            say=stderr_line, granularity=args.granularity,
                             auto_replan=AutoReplan(args.auto_replan_min_speedup, args.auto_replan_max)
                             if args.auto_replan else None, kill_grace_s=args.kill_grace)
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
