@@ -312,8 +312,19 @@ def cpu_ns(pid: int) -> int:
     return total
 
 
+def view_each_second(path: str, done: threading.Event) -> None:
+    """A dashboard's polls: a snapshot asked with "view" once a second (the hub then reads busy GPUs' PCIe
+    each tick), until `done`."""
+    viewer = HubClient(path)
+    viewer.viewing = True
+    while not done.is_set():
+        viewer.snapshot()
+        done.wait(1.0)
+    viewer.close()
+
+
 def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: float, warmup_s: float,
-                   socket_path: str | None) -> dict[str, Any]:
+                   socket_path: str | None, viewer: bool = False) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="gmxt", dir="/tmp")
     path = socket_path or os.path.join(folder, "hub.sock")
     log = open(os.path.join(folder, "hub.log"), "w+")  # noqa: SIM115 - read back at the end
@@ -322,7 +333,9 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
     stop = ctx.Event()
     procs = [ctx.Process(target=steady_agent, args=(path, rank, ranks, 1 / rate, stop), daemon=True)
              for rank in range(ranks)]
-    result: dict[str, Any] = {"hub_command": shlex.join(hub_command), "ranks": ranks, "steps_per_s_per_rank": rate}
+    result: dict[str, Any] = {"hub_command": shlex.join(hub_command), "ranks": ranks, "steps_per_s_per_rank": rate,
+                              "viewer": viewer}
+    viewing = threading.Event()
     try:
         from gpumix.wire.paths import hub_answers
 
@@ -334,6 +347,8 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
         client = HubClient(path)
         wait_until(lambda: len([r for r in (client.snapshot() or {}).get("ranks") or [] if r.get("step")]) >= ranks, 60,
                    what=f"{ranks} ranks stepping")
+        if viewer:
+            threading.Thread(target=view_each_second, args=(path, viewing), daemon=True).start()
         time.sleep(warmup_s)
         meter = psutil.Process(hub.pid)
         woke0, cpu0, ns0, t0 = wakeups(hub.pid), sum(meter.cpu_times()[:2]), cpu_ns(hub.pid), time.monotonic()
@@ -353,6 +368,7 @@ def bench_tick_cpu(hub_command: list[str], ranks: int, rate: float, seconds: flo
             "hub_wakeups_per_s": round((woke1 - woke0) / (t1 - t0), 1),
         })
     finally:
+        viewing.set()
         stop_agents(stop, procs)
         if hub.poll() is None:
             hub.send_signal(signal.SIGTERM)
@@ -412,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hub-command", default="gpumix hub --interval 1",
                         help="with --tick-cpu: the hub to run (--socket is added; default: gpumix hub --interval 1)")
     parser.add_argument("--socket", help="with --tick-cpu: a fixed socket path (default: a fresh one per run)")
+    parser.add_argument("--tick-viewer", action="store_true",
+                        help="with --tick-cpu: a dashboard's snapshot asked (\"view\") once a second meanwhile")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.tick_cpu:
@@ -447,7 +465,7 @@ def main_tick_cpu(args: argparse.Namespace) -> int:
     for ranks in (int(n) for n in args.tick_ranks.split(",")):
         try:
             runs.append(bench_tick_cpu(shlex.split(args.hub_command), ranks, args.tick_rate, args.tick_seconds,
-                                       args.tick_warmup, args.socket))
+                                       args.tick_warmup, args.socket, viewer=args.tick_viewer))
         except (RuntimeError, TimeoutError, AssertionError, OSError) as error:
             runs.append({"ranks": ranks, "error": f"{type(error).__name__}: {error}"})
     result = {

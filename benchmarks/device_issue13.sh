@@ -43,6 +43,10 @@
 #           and 0 and 10 ranks; the agent's 1 ms steps, session 17's tree (.whl/tree_s17: `bash benchmarks/tree_at.sh
 #           6ae5f4b .whl/tree_s17`) against this one's in ABBA order (PAIRS 1 each); the idle readings again in
 #           the other order (ABBA); busy: the floor and the GPU read as 1 and 10. What comes last is skipped first.
+#   PART=s21: busy GPUs' PCIe on the slow schedule while no dashboard views the hub: with the GPU busy (copies and
+#           matmuls), the hub's CPU per tick with the GPU read as 10 and 0 and 10 ranks, session 20's tree
+#           (.whl/tree_s20: `bash benchmarks/tree_at.sh e566658 .whl/tree_s20`) against this one's in ABBA order,
+#           then this one's with a dashboard's snapshot asked once a second (`--tick-viewer`).
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -322,6 +326,20 @@ if [ "$PART" = s19 ] && [ "$DRY" != 1 ]; then  # session 19 (NVML only: no dry r
   start_load 300
   floor "${FLOOR_ROUNDS:-24}" busy
   aliased 1 busy_1; aliased 10 busy_1
+  stop_load
+fi
+if [ "$PART" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
+  ALIASED="$PY -P $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
+  busy_hub() {  # TREE LABEL [FLAGS]: the hub's CPU with the GPU read as 10, busy
+    local tree=$1 label=$2 command=$ALIASED; shift 2
+    [ "$tree" = before ] && command="env PYTHONPATH=$REPO/.whl/tree_s20:$SITE $ALIASED"
+    step 80 "hub CPU per tick, the GPU read as 10, busy, $label" $PY "$REPO/benchmarks/bench_hub.py" --tick-cpu \
+      --tick-ranks 0,10 --tick-seconds "${TICK_S:-15}" --tick-warmup 6 --out "$WORK/hub_tick_alias10_busy_$label.json" \
+      --hub-command "$command" "$@"
+  }
+  start_load 500
+  busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
+  busy_hub after viewed_1 --tick-viewer
   stop_load
 fi
 say done

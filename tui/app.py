@@ -106,6 +106,9 @@ class GpumixApp(UserControls, Navigation, StaleWatch, SizeWatch, PlainKeyDisplay
             self._filters = [NoColor() if isinstance(f, Monochrome) else f for f in self._filters]
         self.readonly = readonly  # a shared SSH session: every control hidden
         self.source = source
+        for each in getattr(source, "sources", [source]):  # a dashboard: its hubs read busy GPUs' PCIe each tick
+            if hasattr(each, "viewing"):
+                each.viewing = True
         self.interval_s = interval_s
         self.snapshot: dict[str, Any] | None = None
         self.renders = 0

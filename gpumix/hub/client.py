@@ -78,6 +78,7 @@ class HubClient:
         self.socket_path = socket_path  # a Unix socket path, tcp://HOST:PORT or tls://HOST:PORT
         self.timeout_s = timeout_s
         self.readonly = readonly  # said in the hello: the hub refuses every control on this connection
+        self.viewing = False  # a dashboard's client: its snapshots ask for fresh PCIe rates each tick ("view")
         self.tcp = auth.is_tcp(socket_path)
         self._token = token
         self._token_file = token_file
@@ -162,7 +163,7 @@ class HubClient:
 
     def snapshot(self) -> Snapshot | None:
         try:
-            return self.request({"type": "snapshot"})["snapshot"]
+            return self.request({"type": "snapshot", "view": True} if self.viewing else {"type": "snapshot"})["snapshot"]
         except (OSError, ConnectionError, protocol.ProtocolError):
             return None  # the hub is gone for now (last_error says why): the TUI keeps its last picture
 

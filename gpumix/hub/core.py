@@ -48,6 +48,9 @@ MAX_RANKS_PER_JOB = 1024
 # Gone ranks kept in the live view at most (oldest forgotten first): a stream of short-lived connections
 # must not grow every snapshot's merge; the recording keeps them all.
 MAX_GONE_RANKS = 256
+# A dashboard's ask for a snapshot ("view") holds this long; with none, busy GPUs' PCIe counters are read on
+# the slow schedule too (gpumix/hw/nvml_pcie.py: a busy fast link's pair is ~1 ms of CPU a tick, issue 13)
+VIEWER_HOLD_S = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,8 @@ class Hub:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ticks = 0
+        self.viewing = False  # a dashboard in this process views every snapshot (gpumix-top with its own hub)
+        self._viewed_until_s = -float("inf")  # a remote viewer's last ask + VIEWER_HOLD_S
         self._ranks_changed = True
         # a rank came or went since the last tick: its process may too, which the backend's process list
         # (read every few seconds and when a GPU's memory moves: gpumix/hw/nvml_settled.py) then reads at once
@@ -135,6 +140,8 @@ class Hub:
         forget = getattr(self.hardware.backend, "forget_settled_readings", None)
         if came_or_went and forget is not None:
             forget()
+        if hasattr(self.hardware.backend, "busy_on_slow_schedule"):
+            self.hardware.backend.busy_on_slow_schedule = not self.viewed()
         samples = self.hardware.backend.sample()
         if self._p2p is None:  # topology does not change while we run
             self._p2p = self.hardware.backend.p2p()
@@ -195,6 +202,13 @@ class Hub:
                     self._merged["power_points"] = self._learned_points
                 self._ranks_changed = False
             return self._merged
+
+    def note_viewer(self) -> None:
+        """A dashboard asked for a snapshot to show: fresh PCIe rates each tick for VIEWER_HOLD_S."""
+        self._viewed_until_s = self._clock() + VIEWER_HOLD_S
+
+    def viewed(self) -> bool:
+        return self.viewing or self._clock() < self._viewed_until_s
 
     def _expire(self, now_s: float) -> None:
         """Forget ranks and supervised jobs gone for longer than the retention (under the lock)."""

@@ -21,6 +21,8 @@ async def answer(hub: Hub, request: dict[str, Any], control: Callable[[dict[str,
     """The reply to one request; ProtocolError for a request that makes no sense (it closes the connection).
     `control(request, peer)` runs a power control (off the loop: NVML and the user database may be slow)."""
     if request["type"] == "snapshot":
+        if request.get("view") is True:  # a dashboard: the hub reads busy GPUs' PCIe each tick while it asks
+            hub.note_viewer()
         reply = {"type": "snapshot", "snapshot": hub.snapshot()}
     elif request["type"] == "series":
         index, name = protocol.integer(request, "index", True), protocol.text(request, "name", 64)

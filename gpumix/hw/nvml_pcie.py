@@ -17,6 +17,11 @@ wait for the next, up to QUIET_READ_MAX_S (5, 10, 20, then every 30 s): a fast l
 that wakes is read on its next tick; a slow read whose step could hide wraps takes a pair (a steady stream
 can alias to a quiet-looking step).
 
+While no one views the hub (`busy_on_slow_schedule`, set by the hub each tick), a busy GPU is read on the
+slow schedule too and carries its last rates between reads: a busy fast link's pair is about 1 ms of CPU
+a tick on an H100, most of a busy GPU's reading, for rates no one looks at. It is read again the tick its
+work stops or its link retrains, and every tick once a viewer comes.
+
 What it may import: pynvml, gpumix.hw."""
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ PAIR_GAP_S = 0.02
 # The longest a GPU that stays quiet goes unread: the rare readings' interval (nvml_backend). Traffic that
 # moves none of its waking signs (utilization, processes, link generation, clocks, power) shows this late.
 QUIET_READ_MAX_S = 30.0
+# A busy GPU read on the slow schedule is due this early: its reads drift by milliseconds from tick to tick
+# (a pair's second one is 20 ms in), and a 5 s wait must not become six ticks.
+DUE_SLACK_S = 0.1
 
 
 def may_move_data(sample: GpuSample, rates: tuple[float, float] | None) -> bool:
@@ -88,6 +96,7 @@ class NvmlPcie:
 
     instant_first_pcie: bool = False
     exact_pcie: bool = False  # the wrap guard instead of a pair of reads for busy fast links
+    busy_on_slow_schedule: bool = False  # busy GPUs read every slow interval too (the hub: while no one views it)
 
     def _fill_pcie(self, samples: list[GpuSample]) -> None:
         fallback: list[GpuSample] = []  # no counters: the 20 ms throughput window
@@ -101,6 +110,8 @@ class NvmlPcie:
                 fallback.append(sample)
                 continue
             carried = self._quiet_rates(sample)
+            if carried is None and self.busy_on_slow_schedule:
+                carried = self._busy_rates(sample)
             if carried is not None:
                 sample.pcie_tx_bytes_per_s, sample.pcie_rx_bytes_per_s = carried
                 continue
@@ -153,6 +164,25 @@ class NvmlPcie:
             if self._clock() - counters.read_at_s >= quiet_read_wait_s(self._slow_interval_s, counters.quiet_reads):
                 return None
             if counters.signs_at_read != _signs(sample) or not _same_power(counters.power_at_read_w, sample.power_w):
+                return None
+            counters.carried = True
+            return counters.last_rates
+
+    def _busy_rates(self, sample: GpuSample) -> tuple[float, float] | None:
+        """The last rates of a GPU that still works, while its last read is younger than the slow interval;
+        None: read its counters this tick. A GPU with no process and no utilization (its work may have
+        stopped), or whose link generation moved, is read at once; so is one on the wrap guard (exact totals
+        asked for). A read after carried ticks takes a pair where the counters may have wrapped meanwhile."""
+        working = sample.processes or (sample.util_gpu_pct or 0) > 0 or (sample.util_mem_pct or 0) > 0
+        if not working:
+            return None
+        with self._pcie_lock:
+            counters = self._pcie.get(sample.index)
+            if counters is None or counters.last_rates is None or counters.read_at_s is None or counters.guarded:
+                return None
+            if self._clock() - counters.read_at_s >= self._slow_interval_s - DUE_SLACK_S:
+                return None
+            if counters.signs_at_read is None or counters.signs_at_read[0] != sample.pcie_link_gen_current:
                 return None
             counters.carried = True
             return counters.last_rates

@@ -1,0 +1,181 @@
+"""While no dashboard views the hub, a busy GPU's PCIe counters are read on the slow schedule (issue 13):
+a busy fast link's pair of counter reads is about 1 ms of CPU a tick on an H100, most of what a busy GPU
+costs the hub, for rates no one looks at. A dashboard (gpumix-top with its own hub, or attached: its
+snapshot requests say "view") brings back a pair every tick. Counted on the NVML look-alike and over a
+real socket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpumix.hub.client import HubClient
+from gpumix.hub.core import VIEWER_HOLD_S, Hub
+from gpumix.hub.server import HubServer
+from gpumix.hw.hardware import Hardware
+from gpumix.sim.machine import GpuActivity
+from gpumix.tui.app import GpumixApp
+from tests.conftest import FixedHostSampler, ManualClock
+from tests.test_pcie_guard_costs import FAST, GPU, World
+
+SLOW_S = 5  # the backend's slow interval, in 1 s ticks
+
+
+@pytest.fixture
+def unviewed() -> Any:
+    made = World(exact_pcie=False)
+    made.backend.busy_on_slow_schedule = True
+    yield made
+    made.backend.close()
+
+
+def _busy(world: World, tx: float = FAST, rx: float = FAST / 2) -> None:
+    world.machine.set_activity(GPU, GpuActivity(busy_fraction=1.0, util_pct=100.0, pcie_tx_bytes_per_s=tx,
+                                                pcie_rx_bytes_per_s=rx))
+
+
+def _started(world: World) -> int:
+    """Busy, past its first readings; the counter reads so far."""
+    _busy(world)
+    world.tick()
+    world.one_tick_with_the_guard()
+    return world.nvml.field_reads[GPU]
+
+
+def test_a_busy_fast_link_takes_its_pair_once_a_slow_interval_and_carries_its_rates_between(unviewed: World) -> None:
+    world = unviewed
+    reads = _started(world)
+    for _ in range(2 * SLOW_S):
+        busy = world.one_tick_with_the_guard()[GPU]
+        assert busy.pcie_tx_bytes_per_s == pytest.approx(FAST, rel=1e-6)
+        assert busy.pcie_rx_bytes_per_s == pytest.approx(FAST / 2, rel=1e-6)
+    assert world.nvml.field_reads[GPU] - reads == 2 * 2  # two pairs in ten ticks, not ten
+    assert world.nvml.window_reads[GPU] == 0
+
+
+def test_the_pair_after_carried_ticks_gives_the_rate_now_not_the_carried_one(unviewed: World) -> None:
+    world = unviewed
+    _started(world)
+    world.one_tick_with_the_guard()
+    _busy(world, tx=FAST / 4, rx=FAST / 8)  # the traffic changes while the GPU keeps working
+    seen = [world.one_tick_with_the_guard()[GPU].pcie_tx_bytes_per_s for _ in range(SLOW_S)]
+    assert seen[-1] == pytest.approx(FAST / 4, rel=1e-6)  # the due read: a pair, not the aliased 5 s step
+    assert seen[0] == pytest.approx(FAST, rel=1e-6)  # carried until then
+
+
+def test_a_gpu_whose_work_stops_is_read_that_tick(unviewed: World) -> None:
+    world = unviewed
+    reads = _started(world)
+    world.one_tick_with_the_guard()  # carried
+    assert world.nvml.field_reads[GPU] == reads
+    world.machine.set_activity(GPU, GpuActivity())
+    stopped = world.one_tick_with_the_guard()[GPU]
+    assert world.nvml.field_reads[GPU] == reads + 2  # a pair: the step since the last read may hide wraps
+    assert stopped.pcie_tx_bytes_per_s == 0.0 and stopped.pcie_rx_bytes_per_s == 0.0
+
+
+def test_a_gpu_whose_link_retrains_is_read_that_tick(unviewed: World) -> None:
+    world = unviewed
+    reads = _started(world)
+    world.nvml.nvmlDeviceGetCurrPcieLinkGeneration = lambda handle: 1  # type: ignore[method-assign]
+    world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] > reads
+
+
+def test_viewed_again_a_busy_fast_link_takes_a_pair_every_tick(unviewed: World) -> None:
+    world = unviewed
+    _started(world)
+    world.one_tick_with_the_guard()
+    world.backend.busy_on_slow_schedule = False
+    reads = world.nvml.field_reads[GPU]
+    for _ in range(3):
+        world.one_tick_with_the_guard()
+    assert world.nvml.field_reads[GPU] - reads == 3 * 2
+
+
+def test_exact_totals_asked_for_keep_the_guard_unviewed_too() -> None:
+    world = World(exact_pcie=True)
+    world.backend.busy_on_slow_schedule = True
+    try:
+        reads = _started(world)
+        world.one_tick_with_the_guard()
+        assert world.nvml.field_reads[GPU] - reads >= 7  # a 4.29 GB counter at 20 GB/s: a read every 0.2 s
+    finally:
+        world.backend.close()
+
+
+def _counted_pcie_calls(hardware: Hardware) -> list[str]:
+    """The PCIe calls (counter reads, 20 ms windows) the hub makes from now on, by name."""
+    nvml, calls = hardware.backend._nvml, []
+
+    def counting(name: str) -> Any:
+        call = getattr(nvml, name)
+
+        def counted(*args: Any) -> Any:
+            calls.append(name)
+            return call(*args)
+        return counted
+    for name in ("nvmlDeviceGetFieldValues", "nvmlDeviceGetPcieThroughput"):
+        setattr(nvml, name, counting(name))
+    return calls
+
+
+def _hub(hardware: Hardware, clock: ManualClock) -> Hub:
+    return Hub(hardware, host_sampler=FixedHostSampler(), clock=clock, wall_clock=lambda: 1_764_500_000.0 + clock())
+
+
+def _pcie_calls_over(hub: Hub, clock: ManualClock, calls: list[str], ticks: int, view: bool = False) -> int:
+    before = len(calls)
+    for _ in range(ticks):
+        if view:  # a dashboard asks each refresh
+            hub.note_viewer()
+        hub.tick()
+        clock.advance(1.0)
+    return len(calls) - before
+
+
+def test_a_hub_no_one_views_reads_the_demo_rigs_busy_gpus_on_the_slow_schedule(demo_hardware: Hardware,
+                                                                                clock: ManualClock) -> None:
+    hub = _hub(demo_hardware, clock)
+    calls = _counted_pcie_calls(demo_hardware)
+    _pcie_calls_over(hub, clock, calls, 3)  # the first readings
+    unviewed = _pcie_calls_over(hub, clock, calls, 10)
+    viewed = _pcie_calls_over(hub, clock, calls, 10, view=True)
+    assert viewed > 0 and unviewed <= viewed * 0.4, (unviewed, viewed)
+    assert hub.viewed()
+    clock.advance(VIEWER_HOLD_S - 1.0)
+    assert not hub.viewed()  # the dashboard stopped asking VIEWER_HOLD_S ago
+    assert _pcie_calls_over(hub, clock, calls, 10) <= viewed * 0.4
+    hub.viewing = True  # gpumix-top with its own hub
+    assert hub.viewed()
+
+
+def test_a_dashboards_client_asks_to_view_over_the_socket_and_a_one_shots_does_not(demo_hardware: Hardware,
+                                                                                    clock: ManualClock) -> None:
+    hub = _hub(demo_hardware, clock)
+    hub.tick()
+    path = f"/tmp/gpumix-view-{id(hub)}.sock"
+    server = HubServer(hub, path)
+    server.start()
+    try:
+        one_shot = HubClient(path)
+        assert one_shot.snapshot() is not None
+        assert not hub.viewed()
+        dashboard = HubClient(path)
+        GpumixApp(dashboard)  # the app marks its source a viewer
+        assert dashboard.snapshot() is not None
+        assert hub.viewed()
+        one_shot.close()
+        dashboard.close()
+    finally:
+        server.stop()
+
+
+def test_gpumix_top_with_its_own_hub_views_it(demo_hardware: Hardware, clock: ManualClock) -> None:
+    hub = _hub(demo_hardware, clock)
+    assert not hub.viewed()
+    GpumixApp(hub)
+    assert hub.viewed()
+    hub.tick()
+    assert demo_hardware.backend.busy_on_slow_schedule is False
