@@ -14,6 +14,7 @@ from gpumix.hub.client import HubClient
 from gpumix.hub.core import VIEWER_HOLD_S, Hub
 from gpumix.hub.server import HubServer
 from gpumix.hw.hardware import Hardware
+from gpumix.record.recorder import Recorder
 from gpumix.sim.machine import GpuActivity
 from gpumix.tui.app import GpumixApp
 from tests.conftest import FixedHostSampler, ManualClock
@@ -179,3 +180,13 @@ def test_gpumix_top_with_its_own_hub_views_it(demo_hardware: Hardware, clock: Ma
     assert hub.viewed()
     hub.tick()
     assert demo_hardware.backend.busy_on_slow_schedule is False
+
+
+def test_a_hub_that_records_reads_as_for_a_dashboard(demo_hardware: Hardware, clock: ManualClock, tmp_path: Any) -> None:
+    """A recording is viewed later, as the dashboard a replay is: its PCIe rates are each tick's."""
+    hub = _hub(demo_hardware, clock)
+    recorder = Recorder(tmp_path / "rec.sqlite").attach(hub)
+    try:
+        assert hub.viewed()
+    finally:
+        recorder.close()

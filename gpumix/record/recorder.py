@@ -124,8 +124,10 @@ class Recorder(Thinning):
     # -- what the hub calls (cheap: append to the queue) -----------------------------
 
     def attach(self, hub: Any) -> Recorder:
-        """Record this hub: every tick's snapshot and its power controls."""
+        """Record this hub: every tick's snapshot and its power controls. A recording is viewed later (a
+        replay is the dashboard): the hub reads busy GPUs' PCIe each tick, as for a dashboard."""
         self._wall_clock = getattr(hub, "_wall_clock", self._wall_clock)
+        hub.viewing = True
         hub.on_snapshot.append(self.on_snapshot)
         hub.on_control.append(self.on_control)
         return self
