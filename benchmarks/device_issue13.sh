@@ -47,6 +47,8 @@
 #           matmuls), the hub's CPU per tick with the GPU read as 10 and 0 and 10 ranks, session 20's tree
 #           (.whl/tree_s20: `bash benchmarks/tree_at.sh e566658 .whl/tree_s20`) against this one's in ABBA order,
 #           then this one's with a dashboard's snapshot asked once a second (`--tick-viewer`).
+#   PART=s21b: as s21, each hub with a dashboard's snapshot asked once a second (`--tick-viewer`), session 20's
+#           tree against this one's in ABBA order: what a viewed hub costs before and after.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -328,7 +330,7 @@ if [ "$PART" = s19 ] && [ "$DRY" != 1 ]; then  # session 19 (NVML only: no dry r
   aliased 1 busy_1; aliased 10 busy_1
   stop_load
 fi
-if [ "$PART" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
+if [ "${PART%b}" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
   ALIASED="$PY -P $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
   busy_hub() {  # TREE LABEL [FLAGS]: the hub's CPU with the GPU read as 10, busy
     local tree=$1 label=$2 command=$ALIASED; shift 2
@@ -338,8 +340,13 @@ if [ "$PART" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
       --hub-command "$command" "$@"
   }
   start_load 500
-  busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
-  busy_hub after viewed_1 --tick-viewer
+  if [ "$PART" = s21 ]; then
+    busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
+    busy_hub after viewed_1 --tick-viewer
+  else
+    busy_hub before viewed_before_1 --tick-viewer; busy_hub after viewed_after_1 --tick-viewer
+    busy_hub after viewed_after_2 --tick-viewer; busy_hub before viewed_before_2 --tick-viewer
+  fi
   stop_load
 fi
 say done
