@@ -49,6 +49,9 @@
 #           then this one's with a dashboard's snapshot asked once a second (`--tick-viewer`).
 #   PART=s21b: as s21, each hub with a dashboard's snapshot asked once a second (`--tick-viewer`), session 20's
 #           tree against this one's in ABBA order: what a viewed hub costs before and after.
+#   PART=s21c: with the GPU busy, `gpumix hub` on it and GPU 0's rates in its snapshot each second, asked without
+#           "view" for 20 s and with it for 10 s, beside NVML's 20 ms window (benchmarks/unviewed_rates_check.py);
+#           then raw counter pairs 1, 2, 5 and 20 ms apart against the window (benchmarks/pcie_pair_check.py).
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -347,6 +350,18 @@ if [ "${PART%b}" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
     busy_hub before viewed_before_1 --tick-viewer; busy_hub after viewed_after_1 --tick-viewer
     busy_hub after viewed_after_2 --tick-viewer; busy_hub before viewed_before_2 --tick-viewer
   fi
+  stop_load
+fi
+if [ "$PART" = s21c ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
+  start_load 150
+  start_hub rates
+  step 45 "a busy GPU's rates, unviewed then viewed, beside NVML's window" $PY "$REPO/benchmarks/unviewed_rates_check.py" \
+    --socket "$WORK/run/gpumix/hub.sock" --unviewed-s 20 --viewed-s 10 --out "$WORK/unviewed_rates_check.json"
+  stop_hub
+  for gap in 0.001 0.002 0.005 0.02; do
+    step 25 "counter pairs ${gap} s apart against the window" $PY "$REPO/benchmarks/pcie_pair_check.py" --rounds 20 \
+      --gap-s "$gap" --out "$WORK/pcie_pair_gap_${gap}.json"
+  done
   stop_load
 fi
 say done
