@@ -190,3 +190,25 @@ def test_a_hub_that_records_reads_as_for_a_dashboard(demo_hardware: Hardware, cl
         assert hub.viewed()
     finally:
         recorder.close()
+
+
+def test_a_carried_rate_says_how_old_it_is_and_a_read_one_says_0(unviewed: World) -> None:
+    world = unviewed
+    _started(world)
+    ages = [world.one_tick_with_the_guard()[GPU].pcie_rates_age_s for _ in range(2 * SLOW_S)]
+    # carried 1-4 s after the pair that _started read (ticks 1 s apart, after its 20 ms), then read again
+    assert ages[:SLOW_S] == pytest.approx([1.0, 2.0, 3.0, 4.0, 0.0])
+    assert ages[SLOW_S:] == pytest.approx([1.0, 2.0, 3.0, 4.0, 0.0])
+    world.backend.busy_on_slow_schedule = False
+    assert world.one_tick_with_the_guard()[GPU].pcie_rates_age_s == 0.0
+
+
+def test_a_quiet_gpus_carried_rate_says_how_old_it_is() -> None:
+    world = World(exact_pcie=False)
+    try:
+        world.tick()
+        ages = [world.one_tick_with_the_guard()[GPU].pcie_rates_age_s for _ in range(7)]
+        # the first rates (a pair) say idle: carried unread 1-4 s, read at the slow interval (5 s), carried again
+        assert ages == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 1.0])
+    finally:
+        world.backend.close()

@@ -132,6 +132,9 @@ class NvmlPcie:
         for sample in windowed:
             self._after_window(sample)
         self._keep_published(read)
+        for sample in read + fallback:
+            if sample.pcie_tx_bytes_per_s is not None and sample.pcie_rx_bytes_per_s is not None:
+                sample.pcie_rates_age_s = 0.0
 
     def _keep_published(self, samples: list[GpuSample]) -> None:
         """What each GPU read this tick showed, for `_quiet_rates`: its rates (counters, pair or window;
@@ -165,8 +168,7 @@ class NvmlPcie:
                 return None
             if counters.signs_at_read != _signs(sample) or not _same_power(counters.power_at_read_w, sample.power_w):
                 return None
-            counters.carried = True
-            return counters.last_rates
+            return self._carry(sample, counters)
 
     def _busy_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last rates of a GPU that still works, while its last read is younger than the slow interval;
@@ -184,8 +186,13 @@ class NvmlPcie:
                 return None
             if counters.signs_at_read is None or counters.signs_at_read[0] != sample.pcie_link_gen_current:
                 return None
-            counters.carried = True
-            return counters.last_rates
+            return self._carry(sample, counters)
+
+    def _carry(self, sample: GpuSample, counters: PcieCounters) -> tuple[float, float] | None:
+        """The last read's rates, carried this tick unread (under the PCIe lock); the sample says how old."""
+        counters.carried = True
+        sample.pcie_rates_age_s = round(max(0.0, self._clock() - (counters.read_at_s or 0.0)), 3)
+        return counters.last_rates
 
     def _pcie_from_pairs(self, samples: list[GpuSample]) -> list[GpuSample]:
         """Each GPU's counters read again PAIR_GAP_S after this tick's read; its rate over the pair.

@@ -82,6 +82,9 @@ class GpuSample:
     pcie_link_width_current: int | None = None  # pcie.link.width.current
     pcie_rx_bytes_per_s: float | None = None
     pcie_tx_bytes_per_s: float | None = None
+    # how old the counter reading behind those rates is: 0 read this tick; more where carried unread (a quiet
+    # GPU, or a busy one no dashboard views: gpumix/hw/nvml_pcie.py); None without a rate
+    pcie_rates_age_s: float | None = None
     pcie_replay_count: int | None = None
     energy_j: float | None = None  # since the sampler started, integrated from power
     processes: list[GpuProcess] = field(default_factory=list)

@@ -87,6 +87,7 @@ class GpuRow(TypedDict):
     pcie_link_width_current: int | None
     pcie_rx_bytes_per_s: float | None
     pcie_tx_bytes_per_s: float | None
+    pcie_rates_age_s: float | None  # seconds since the counters behind the rates were read (0: this tick)
     pcie_replay_count: int | None
     energy_j: float | None
     processes: list[ProcessRow]
