@@ -21,6 +21,9 @@ from gpumix.hub.core import Hub
 from gpumix.hw.host import HostSampler
 from gpumix.sim.rig import load_builtin_rig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for tests.call_counts
+from tests.call_counts import count_calls  # noqa: E402
+
 PCIE_CALLS = ("nvmlDeviceGetFieldValues", "nvmlDeviceGetPcieThroughput")
 
 
@@ -38,18 +41,9 @@ def counted_hub(clock: Clock) -> tuple[Hub, Counter[str]]:
     def wait(seconds: float) -> None:  # the pair's 20 ms move the world's clock, as the real wait moves NVML's
         clock.now_s += seconds
     hardware.backend._sleep = wait
-    nvml, calls = hardware.backend._nvml, Counter[str]()
+    nvml = hardware.backend._nvml
     nvml.nvmlDeviceGetCurrPcieLinkGeneration = lambda handle: nvml.machine.gpus[handle.index].spec.link_gen_max
-
-    def counting(name: str) -> Any:
-        call = getattr(nvml, name)
-
-        def counted(*args: Any) -> Any:
-            calls[name] += 1
-            return call(*args)
-        return counted
-    for name in PCIE_CALLS:
-        setattr(nvml, name, counting(name))
+    calls = count_calls(nvml, PCIE_CALLS)
     return Hub(hardware, host_sampler=HostSampler(), clock=clock, wall_clock=lambda: 1.7e9 + clock()), calls
 
 

@@ -6,6 +6,7 @@ real socket."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from gpumix.hw.hardware import Hardware
 from gpumix.record.recorder import Recorder
 from gpumix.sim.machine import GpuActivity
 from gpumix.tui.app import GpumixApp
+from tests.call_counts import count_calls
 from tests.conftest import FixedHostSampler, ManualClock
 from tests.test_pcie_guard_costs import FAST, GPU, World
 
@@ -106,40 +108,27 @@ def test_exact_totals_asked_for_keep_the_guard_unviewed_too() -> None:
         world.backend.close()
 
 
-def _counted_pcie_calls(hardware: Hardware) -> list[str]:
-    """The PCIe calls (counter reads, 20 ms windows) the hub makes from now on, by name."""
-    nvml, calls = hardware.backend._nvml, []
-
-    def counting(name: str) -> Any:
-        call = getattr(nvml, name)
-
-        def counted(*args: Any) -> Any:
-            calls.append(name)
-            return call(*args)
-        return counted
-    for name in ("nvmlDeviceGetFieldValues", "nvmlDeviceGetPcieThroughput"):
-        setattr(nvml, name, counting(name))
-    return calls
+PCIE_CALLS = ("nvmlDeviceGetFieldValues", "nvmlDeviceGetPcieThroughput")  # counter reads, 20 ms windows
 
 
 def _hub(hardware: Hardware, clock: ManualClock) -> Hub:
     return Hub(hardware, host_sampler=FixedHostSampler(), clock=clock, wall_clock=lambda: 1_764_500_000.0 + clock())
 
 
-def _pcie_calls_over(hub: Hub, clock: ManualClock, calls: list[str], ticks: int, view: bool = False) -> int:
-    before = len(calls)
+def _pcie_calls_over(hub: Hub, clock: ManualClock, calls: Counter[str], ticks: int, view: bool = False) -> int:
+    before = calls.total()
     for _ in range(ticks):
         if view:  # a dashboard asks each refresh
             hub.note_viewer()
         hub.tick()
         clock.advance(1.0)
-    return len(calls) - before
+    return calls.total() - before
 
 
 def test_a_hub_no_one_views_reads_the_demo_rigs_busy_gpus_on_the_slow_schedule(demo_hardware: Hardware,
                                                                                 clock: ManualClock) -> None:
     hub = _hub(demo_hardware, clock)
-    calls = _counted_pcie_calls(demo_hardware)
+    calls = count_calls(demo_hardware.backend._nvml, PCIE_CALLS)
     _pcie_calls_over(hub, clock, calls, 3)  # the first readings
     unviewed = _pcie_calls_over(hub, clock, calls, 10)
     viewed = _pcie_calls_over(hub, clock, calls, 10, view=True)

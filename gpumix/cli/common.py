@@ -38,7 +38,7 @@ def stderr_line(text: str) -> None:
 
 
 def fail(prog: str, message: str, code: int = EXIT_USAGE) -> NoReturn:
-    sys.stderr.write(f"{prog}: {message}\n")
+    stderr_line(f"{prog}: {message}")
     sys.exit(code)
 
 
