@@ -52,6 +52,10 @@
 #   PART=s21c: with the GPU busy, `gpumix hub` on it and GPU 0's rates in its snapshot each second, asked without
 #           "view" for 20 s and with it for 10 s, beside NVML's 20 ms window (benchmarks/unviewed_rates_check.py);
 #           then raw counter pairs 1, 2, 5 and 20 ms apart against the window (benchmarks/pcie_pair_check.py).
+#   PART=s22: session 22's doubled waits for a busy GPU no dashboard views: with the GPU busy, the hub's CPU
+#           per tick with the GPU read as 10 and 10 ranks over TICK_S (30) s after WARMUP (40) s, when the waits
+#           have reached 30 s, session 21's tree (.whl/tree_s21: `bash benchmarks/tree_at.sh 20e7584 .whl/tree_s21`)
+#           against this one's in ABBA order; then PART=s21c's rates check, unviewed for 45 s.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -333,15 +337,21 @@ if [ "$PART" = s19 ] && [ "$DRY" != 1 ]; then  # session 19 (NVML only: no dry r
   aliased 1 busy_1; aliased 10 busy_1
   stop_load
 fi
+ALIASED="$PY -P $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
+busy_hub() {  # TREE LABEL [FLAGS]: the hub's CPU with the GPU read as 10, busy (BEFORE_TREE: the tree before)
+  local tree=$1 label=$2 command=$ALIASED; shift 2
+  [ "$tree" = before ] && command="env PYTHONPATH=$REPO/.whl/${BEFORE_TREE:-tree_s20}:$SITE $ALIASED"
+  step "${STEP_S:-80}" "hub CPU per tick, the GPU read as 10, busy, $label" $PY "$REPO/benchmarks/bench_hub.py" --tick-cpu \
+    --tick-ranks "${RANKS:-0,10}" --tick-seconds "${TICK_S:-15}" --tick-warmup "${WARMUP:-6}" \
+    --out "$WORK/hub_tick_alias10_busy_$label.json" --hub-command "$command" "$@"
+}
+rates_check() {  # UNVIEWED_S: a busy GPU's rates in the hub's snapshot, unviewed then viewed for 10 s, beside the window
+  start_hub rates
+  step $(( $1 + 25 )) "a busy GPU's rates, unviewed then viewed, beside NVML's window" $PY "$REPO/benchmarks/unviewed_rates_check.py" \
+    --socket "$WORK/run/gpumix/hub.sock" --unviewed-s "$1" --viewed-s 10 --out "$WORK/unviewed_rates_check.json"
+  stop_hub
+}
 if [ "${PART%b}" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
-  ALIASED="$PY -P $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
-  busy_hub() {  # TREE LABEL [FLAGS]: the hub's CPU with the GPU read as 10, busy
-    local tree=$1 label=$2 command=$ALIASED; shift 2
-    [ "$tree" = before ] && command="env PYTHONPATH=$REPO/.whl/tree_s20:$SITE $ALIASED"
-    step 80 "hub CPU per tick, the GPU read as 10, busy, $label" $PY "$REPO/benchmarks/bench_hub.py" --tick-cpu \
-      --tick-ranks 0,10 --tick-seconds "${TICK_S:-15}" --tick-warmup 6 --out "$WORK/hub_tick_alias10_busy_$label.json" \
-      --hub-command "$command" "$@"
-  }
   start_load 500
   if [ "$PART" = s21 ]; then
     busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
@@ -352,12 +362,16 @@ if [ "${PART%b}" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
   fi
   stop_load
 fi
+if [ "$PART" = s22 ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only)
+  start_load 560
+  export BEFORE_TREE=tree_s21 RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=120
+  busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
+  rates_check 45
+  stop_load
+fi
 if [ "$PART" = s21c ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
   start_load 150
-  start_hub rates
-  step 45 "a busy GPU's rates, unviewed then viewed, beside NVML's window" $PY "$REPO/benchmarks/unviewed_rates_check.py" \
-    --socket "$WORK/run/gpumix/hub.sock" --unviewed-s 20 --viewed-s 10 --out "$WORK/unviewed_rates_check.json"
-  stop_hub
+  rates_check 20
   for gap in 0.001 0.002 0.005 0.02; do
     step 25 "counter pairs ${gap} s apart against the window" $PY "$REPO/benchmarks/pcie_pair_check.py" --rounds 20 \
       --gap-s "$gap" --out "$WORK/pcie_pair_gap_${gap}.json"

@@ -1,7 +1,8 @@
 """Are a busy GPU's PCIe rates right when no dashboard views the hub (issue 13, session 21)? Each second,
 GPU 0's RX and TX in a running hub's snapshot (asked without "view" for --unviewed-s, then with it for
 --viewed-s), beside NVML's own 20 ms window read here in raw pynvml (none of gpumix's code): with no
-viewer the hub carries a rate between its reads every 5 s, so its rates should stay within the window's
+viewer the hub carries a rate between its reads (every 5 s; since session 22 up to 30 s apart while the
+same processes work), so its rates should stay within the window's
 spread and never show a counter step aliased by wraps. Run it while the GPU moves data (gpu_load.py);
 read-only: NVML getters only.
 

@@ -19,8 +19,10 @@ can alias to a quiet-looking step).
 
 While no one views the hub (`busy_on_slow_schedule`, set by the hub each tick), a busy GPU is read on the
 slow schedule too and carries its last rates between reads: a busy fast link's pair is about 1 ms of CPU
-a tick on an H100, most of a busy GPU's reading, for rates no one looks at. It is read again the tick its
-work stops or its link retrains, and every tick once a viewer comes.
+a tick on an H100, most of a busy GPU's reading, for rates no one looks at. Each read in a row that finds
+the same processes at work doubles the wait, as for a quiet GPU (5, 10, 20, then every 30 s). It is read
+again the tick its work stops, its processes change or its link retrains, and every tick once a viewer
+comes.
 
 What it may import: pynvml, gpumix.hw."""
 
@@ -67,6 +69,14 @@ def _signs(sample: GpuSample) -> tuple[int | None, int | None, int | None]:
     return sample.pcie_link_gen_current, sample.clock_sm_mhz, sample.clock_mem_mhz
 
 
+def _working(sample: GpuSample) -> bool:
+    return bool(sample.processes) or (sample.util_gpu_pct or 0) > 0 or (sample.util_mem_pct or 0) > 0
+
+
+def _pids(sample: GpuSample) -> frozenset[int]:
+    return frozenset(process.pid for process in sample.processes)
+
+
 def _same_power(then_w: float | None, now_w: float | None) -> bool:
     """Within an idle card's wander (10 %, at least 5 W): more is work starting."""
     if then_w is None or now_w is None:
@@ -75,8 +85,9 @@ def _same_power(then_w: float | None, now_w: float | None) -> bool:
 
 
 def quiet_read_wait_s(slow_interval_s: float, quiet_reads: int) -> float:
-    """How long a quiet GPU carries its rates unread after `quiet_reads` reads in a row found it quiet:
-    the slow interval, doubled for each read after the first, at most QUIET_READ_MAX_S."""
+    """How long a GPU carries its rates unread after `quiet_reads` reads in a row found it as before (quiet;
+    or, unviewed, the same processes at work): the slow interval, doubled for each read after the first,
+    at most QUIET_READ_MAX_S."""
     return min(QUIET_READ_MAX_S, slow_interval_s * 2 ** min(max(0, quiet_reads - 1), 8))
 
 
@@ -148,6 +159,9 @@ class NvmlPcie:
                     counters.signs_at_read, counters.power_at_read_w = _signs(sample), sample.power_w
                     quiet = not may_move_data(sample, counters.last_rates)
                     counters.quiet_reads = counters.quiet_reads + 1 if quiet else 0
+                    same_work = _working(sample) and _pids(sample) == counters.pids_at_read
+                    counters.busy_reads = counters.busy_reads + 1 if same_work else 0
+                    counters.pids_at_read = _pids(sample)
 
     def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last counter rates of a GPU that stays quiet, while its last read is younger than
@@ -171,20 +185,24 @@ class NvmlPcie:
             return self._carry(sample, counters)
 
     def _busy_rates(self, sample: GpuSample) -> tuple[float, float] | None:
-        """The last rates of a GPU that still works, while its last read is younger than the slow interval;
-        None: read its counters this tick. A GPU with no process and no utilization (its work may have
-        stopped), or whose link generation moved, is read at once; so is one on the wrap guard (exact totals
-        asked for). A read after carried ticks takes a pair where the counters may have wrapped meanwhile."""
-        working = sample.processes or (sample.util_gpu_pct or 0) > 0 or (sample.util_mem_pct or 0) > 0
-        if not working:
+        """The last rates of a GPU that still works, while its last read is younger than quiet_read_wait_s
+        of its busy_reads (the slow interval, longer while the same processes keep working); None: read its counters this
+        tick. A GPU with no process and no utilization (its work may have stopped), whose processes changed
+        (other work, other traffic), or whose link generation moved, is read at once; so is one on the wrap
+        guard (exact totals asked for). A read after carried ticks takes a pair where the counters may have
+        wrapped meanwhile."""
+        if not _working(sample):
             return None
         with self._pcie_lock:
             counters = self._pcie.get(sample.index)
             if counters is None or counters.last_rates is None or counters.read_at_s is None or counters.guarded:
                 return None
-            if self._clock() - counters.read_at_s >= self._slow_interval_s - DUE_SLACK_S:
+            wait_s = quiet_read_wait_s(self._slow_interval_s, counters.busy_reads) - DUE_SLACK_S
+            if self._clock() - counters.read_at_s >= wait_s:
                 return None
             if counters.signs_at_read is None or counters.signs_at_read[0] != sample.pcie_link_gen_current:
+                return None
+            if _pids(sample) != counters.pids_at_read:
                 return None
             return self._carry(sample, counters)
 

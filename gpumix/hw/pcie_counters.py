@@ -89,6 +89,8 @@ class PcieCounters:
     last_rates: tuple[float, float] | None = None  # (tx, rx) bytes/s the last read tick published, carried while quiet
     carried: bool = False  # the last tick carried last_rates unread: the next read's step may hide wraps
     quiet_reads: int = 0  # reads in a row that found the GPU quiet: each doubles the wait for the next
+    busy_reads: int = 0  # reads in a row that found the same processes at work: each doubles an unviewed wait
+    pids_at_read: frozenset[int] | None = None  # the processes on the GPU at the last read
     signs_at_read: tuple[int | None, ...] | None = None  # the GPU's link gen and clocks at the tick's last read
     power_at_read_w: float | None = None
 
