@@ -56,6 +56,9 @@
 #           per tick with the GPU read as 10 and 10 ranks over TICK_S (30) s after WARMUP (40) s, when the waits
 #           have reached 30 s, session 21's tree (.whl/tree_s21: `bash benchmarks/tree_at.sh 20e7584 .whl/tree_s21`)
 #           against this one's in ABBA order; then PART=s21c's rates check, unviewed for 45 s.
+#   PART=s22b: as s22 in BAAB order, then with no rank, this one's tree then session 21's.
+#   PART=s22c: with the GPU busy and the hub over it read as 10 at the default socket, no dashboard: plain and
+#           fresh snapshots timed (benchmarks/fresh_snapshot_cost.py), then the one-shots against gpustat.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -362,11 +365,30 @@ if [ "${PART%b}" = s21 ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
   fi
   stop_load
 fi
-if [ "$PART" = s22 ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only)
+if [ "${PART%b}" = s22 ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only)
   start_load 560
   export BEFORE_TREE=tree_s21 RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=120
-  busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
-  rates_check 45
+  if [ "$PART" = s22 ]; then
+    busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
+    rates_check 45
+  else  # s22b: BAAB with ten ranks, then no rank, after then before
+    busy_hub after after_3; busy_hub before before_3; busy_hub before before_4; busy_hub after after_4
+    RANKS=0 busy_hub after after_norank_1; RANKS=0 busy_hub before before_norank_1
+  fi
+  stop_load
+fi
+if [ "$PART" = s22c ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only)
+  start_load 200
+  $ALIASED >"$WORK/hub_aliased.log" 2>&1 &  # at the default socket, as a user's hub
+  HUB=$!
+  for _ in $(seq 50); do [ -S "$WORK/run/gpumix/hub.sock" ] && break; sleep 0.2; done
+  sleep 8  # past the first slow read: busy GPUs carry their rates
+  step 60 "plain and fresh snapshots of the busy hub read as 10, 2.5 s apart" $PY "$REPO/benchmarks/fresh_snapshot_cost.py" \
+    --socket "$WORK/run/gpumix/hub.sock" --hub-pid "$HUB" --rounds 8 --out "$WORK/fresh_snapshot_cost.json"
+  step 90 "one-shots attached to the busy hub read as 10" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 7 \
+    --label busy-hub-alias10 --out "$WORK/oneshot_busy_hub_alias10.json" --cmd "gpumix-top --once --json" \
+    --cmd "gpumix doctor" --cmd "gpumix power show" --cmd "gpustat --json"
+  stop_hub
   stop_load
 fi
 if [ "$PART" = s21c ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)

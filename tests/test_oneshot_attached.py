@@ -24,7 +24,9 @@ from gpumix.cli.doctor import hub_findings, run_doctor
 from gpumix.cli.hardware import simulated_hardware
 from gpumix.cli.main import build_parser
 from gpumix.hub import Hub
+from gpumix.hub.client import HubClient
 from gpumix.sim.rig import load_builtin_rig
+from tests.waiting import wait_until
 
 HEAVY = {
     "gpumix.hub.core", "gpumix.hub.merge", "gpumix.hub.server", "gpumix.hub.intake",
@@ -82,6 +84,25 @@ def test_an_attached_one_shot_loads_no_heavy_module(running_hub: dict[str, str],
     assert not heavy, sorted(heavy)
     if module == "gpumix.cli.main":
         assert not OTHER_COMMANDS & loaded, sorted(OTHER_COMMANDS & loaded)
+
+
+def test_an_attached_once_shows_busy_gpus_pcie_read_now_not_carried(running_hub: dict[str, str]) -> None:
+    """No dashboard views this hub, so it carries busy GPUs' PCIe rates between slow reads (up to 30 s):
+    `--once` asks for them fresh, and the hub reads them for it (issue 13)."""
+    plain = HubClient(os.path.join(running_hub["XDG_RUNTIME_DIR"], "gpumix", "hub.sock"))
+
+    def carried() -> bool:  # the hub's own snapshot: a busy GPU's rates more than a tick (0.2 s) old
+        return any((gpu["util_gpu_pct"] or 0) > 0 and (gpu["pcie_rates_age_s"] or 0) > 0.2
+                   for gpu in (plain.snapshot() or {}).get("gpus") or [])
+
+    wait_until(carried, 30, what="busy GPUs' rates carried")
+    plain.close()
+    code, out, _ = attached("gpumix.tui.main", ["--once", "--json"], running_hub)
+    assert code == 0
+    busy = [gpu for gpu in json.loads(out)["gpus"] if (gpu["util_gpu_pct"] or 0) > 0]
+    assert busy
+    # read for it (0), or, where the hub's own slow read came just before, at most a tick (0.2 s) old
+    assert all(gpu["pcie_rates_age_s"] <= 0.2 for gpu in busy), [gpu["pcie_rates_age_s"] for gpu in busy]
 
 
 def test_attached_doctor_with_a_setting_of_its_own_runs_the_advisor_itself(running_hub: dict[str, str]) -> None:

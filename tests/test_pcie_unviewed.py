@@ -235,3 +235,38 @@ def test_a_quiet_gpus_carried_rate_says_how_old_it_is() -> None:
         assert ages == pytest.approx([0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 1.0])
     finally:
         world.backend.close()
+
+
+def _carried_busy(snapshot: dict[str, Any]) -> list[int]:
+    """The GPUs at work whose PCIe rates are older than a tick (carried on the slow schedule)."""
+    return [gpu["index"] for gpu in snapshot["gpus"]
+            if (gpu["util_gpu_pct"] or 0) > 0 and (gpu["pcie_rates_age_s"] or 0) > 1.0]
+
+
+def test_a_one_shots_client_gets_busy_gpus_pcie_read_now_and_asking_again_costs_no_second_read(
+        demo_hardware: Hardware, clock: ManualClock) -> None:
+    hub = _hub(demo_hardware, clock)
+    for _ in range(10):  # no dashboard: the demo's busy GPUs carry their rates between slow reads (3 s old now)
+        hub.tick()
+        clock.advance(1.0)
+    path = f"/tmp/gpumix-fresh-{id(hub)}.sock"
+    server = HubServer(hub, path)
+    server.start()
+    try:
+        calls = count_calls(demo_hardware.backend._nvml, PCIE_CALLS)
+        plain = HubClient(path)
+        carried = _carried_busy(plain.snapshot())
+        assert carried and calls.total() == 0  # a script's plain ask takes what the last tick carried
+        one_shot = HubClient(path)
+        one_shot.fresh = True  # gpumix-top --once, doctor, power show
+        fresh = one_shot.snapshot()
+        assert _carried_busy(fresh) == []
+        assert all(fresh["gpus"][index]["pcie_rates_age_s"] == 0.0 for index in carried)
+        reads = calls.total()
+        assert reads > 0
+        assert _carried_busy(one_shot.snapshot()) == [] and calls.total() == reads  # now fresh: no second tick
+        assert not hub.viewed()  # a one-shot is no dashboard: the slow schedule goes on
+        plain.close()
+        one_shot.close()
+    finally:
+        server.stop()

@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         refuse_own_hub_flags(args, f"a hub already runs at {default_hub_address()}: set it on `gpumix hub`"
                                    " (record with `gpumix hub --record FILE`)")
         client = HubClient(default_hub_address(), readonly=args.readonly)
+        client.fresh = args.once  # a one-shot's busy GPUs' PCIe read now, not the slow schedule's last
         if args.once:  # instant: the hub's rates, ranks and findings, no NVML start-up here
             print(f"{PROG}: using the running hub at {default_hub_address()}", file=sys.stderr, flush=True)
             return print_snapshot(client.snapshot(), args.json, text_summary, reason=failure_reason(client))

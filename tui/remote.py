@@ -43,6 +43,8 @@ def open_source(prog: str, args: argparse.Namespace) -> Any:
                     fail(prog, f"--hub {error}")
     clients = [HubClient(address, timeout_s=NODE_TIMEOUT_S, readonly=args.readonly, token=token)
                for address in args.hub]
+    for client in clients:
+        client.fresh = bool(args.once)  # a one-shot's busy GPUs' PCIe read now, not the slow schedule's last
     if len(clients) == 1:
         return clients[0]
     # the merge (and its rank tables) loads only for several hubs

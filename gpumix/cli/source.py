@@ -32,6 +32,7 @@ def run_on_source(args: argparse.Namespace, run: Callable[..., int]) -> int:
         if not args.hub:
             print(f"{PROG}: using the running hub at {address}", file=sys.stderr, flush=True)
         client = HubClient(address, token=read_token_for(address))
+        client.fresh = True  # busy GPUs' PCIe read now, not the slow schedule's last (no dashboard may view it)
         try:
             return run(args, client)
         finally:

@@ -79,6 +79,7 @@ class HubClient:
         self.timeout_s = timeout_s
         self.readonly = readonly  # said in the hello: the hub refuses every control on this connection
         self.viewing = False  # a dashboard's client: its snapshots ask for fresh PCIe rates each tick ("view")
+        self.fresh = False  # a one-shot's client: its snapshot has busy GPUs' PCIe read now, not carried ("fresh")
         self.tcp = auth.is_tcp(socket_path)
         self._token = token
         self._token_file = token_file
@@ -163,7 +164,8 @@ class HubClient:
 
     def snapshot(self) -> Snapshot | None:
         try:
-            return self.request({"type": "snapshot", "view": True} if self.viewing else {"type": "snapshot"})["snapshot"]
+            ask = {"type": "snapshot", **({"view": True} if self.viewing else {}), **({"fresh": True} if self.fresh else {})}
+            return self.request(ask)["snapshot"]
         except (OSError, ConnectionError, protocol.ProtocolError):
             return None  # the hub is gone for now (last_error says why): the TUI keeps its last picture
 

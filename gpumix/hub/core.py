@@ -115,21 +115,21 @@ class Hub:
     # -- sampling ----------------------------------------------------------------
 
     def tick_with_rates(self) -> dict[str, Any] | None:
-        """On real GPUs, one tick whose PCIe rates come from a 20 ms pair of counter reads (NVML's 20 ms
-        window where the counters cannot), taken on all GPUs at once: a one-shot needs no second reading
-        (issue 13: the 0.5 s between two readings was most of `doctor`'s and `--once`'s wall time). None
-        for a simulated world, which moves only when ticked: the caller takes two readings there."""
+        """On real GPUs, one tick whose PCIe rates come from a 20 ms pair of counter reads on all GPUs at once
+        (NVML's window where the counters cannot): a one-shot needs no second reading (issue 13: the 0.5 s
+        between two was most of `doctor`'s wall time). None for a simulated world (moves only when ticked)."""
         if self.hardware.machine is not None:
             return None
         self.hardware.backend.instant_first_pcie = True
         return self.tick()
 
-    def tick(self) -> dict[str, Any]:
-        """One sampling round: hardware, host, processes; returns the new snapshot."""
+    def tick(self, viewed: bool = False) -> dict[str, Any]:
+        """One sampling round: hardware, host, processes; returns the new snapshot. `viewed`: busy GPUs'
+        PCIe read this tick whether or not a dashboard views the hub (a one-shot's fresh snapshot)."""
         with self._tick_lock:
-            return self._tick()
+            return self._tick(viewed)
 
-    def _tick(self) -> dict[str, Any]:
+    def _tick(self, viewed: bool = False) -> dict[str, Any]:
         for callback in self.on_tick:
             callback()
         machine = self.hardware.machine
@@ -141,7 +141,7 @@ class Hub:
         if came_or_went and forget is not None:
             forget()
         if hasattr(self.hardware.backend, "busy_on_slow_schedule"):
-            self.hardware.backend.busy_on_slow_schedule = not self.viewed()
+            self.hardware.backend.busy_on_slow_schedule = not (viewed or self.viewed())
         samples = self.hardware.backend.sample()
         if self._p2p is None:  # topology does not change while we run
             self._p2p = self.hardware.backend.p2p()

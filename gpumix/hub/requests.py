@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from gpumix.hub.core import Hub
@@ -23,7 +24,13 @@ async def answer(hub: Hub, request: dict[str, Any], control: Callable[[dict[str,
     if request["type"] == "snapshot":
         if request.get("view") is True:  # a dashboard: the hub reads busy GPUs' PCIe each tick while it asks
             hub.note_viewer()
-        reply = {"type": "snapshot", "snapshot": hub.snapshot()}
+        snapshot = hub.snapshot()
+        if request.get("fresh") is True and carries_busy_rates(snapshot, hub.interval_s):
+            # a one-shot, no dashboard viewing: busy GPUs' rates read now (a tick: 20 ms and a pair each), not
+            # the slow schedule's last; a rate a tick old is fresh enough, so asking again and again costs
+            # at most a tick every other interval
+            snapshot = await asyncio.get_running_loop().run_in_executor(None, partial(hub.tick, viewed=True))
+        reply = {"type": "snapshot", "snapshot": snapshot}
     elif request["type"] == "series":
         index, name = protocol.integer(request, "index", True), protocol.text(request, "name", 64)
         if name not in HISTORY_FIELDS:
@@ -46,3 +53,13 @@ async def answer(hub: Hub, request: dict[str, Any], control: Callable[[dict[str,
     else:
         raise ProtocolError("hello sent twice")
     return reply
+
+
+def carries_busy_rates(snapshot: dict[str, Any] | None, interval_s: float) -> bool:
+    """Whether a GPU at work shows PCIe rates older than a tick: carried on the slow schedule while no
+    dashboard views the hub (gpumix.hw.nvml_pcie)."""
+    for gpu in (snapshot or {}).get("gpus") or []:
+        working = gpu.get("processes") or (gpu.get("util_gpu_pct") or 0) > 0 or (gpu.get("util_mem_pct") or 0) > 0
+        if working and (gpu.get("pcie_rates_age_s") or 0) > interval_s:
+            return True
+    return False
