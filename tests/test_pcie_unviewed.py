@@ -270,3 +270,30 @@ def test_a_one_shots_client_gets_busy_gpus_pcie_read_now_and_asking_again_costs_
         one_shot.close()
     finally:
         server.stop()
+
+
+def test_a_fresh_reading_that_fails_answers_with_the_last_snapshot(demo_hardware: Hardware, clock: ManualClock,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    hub = _hub(demo_hardware, clock)
+    for _ in range(10):
+        hub.tick()
+        clock.advance(1.0)
+    last = hub.snapshot()
+    assert last is not None and _carried_busy(last)
+
+    def failing_tick(viewed: bool = False) -> dict[str, Any]:
+        raise RuntimeError("NVML went away")
+
+    monkeypatch.setattr(hub, "tick", failing_tick)
+    path = f"/tmp/gpumix-fresh-fail-{id(hub)}.sock"
+    server = HubServer(hub, path)
+    server.start()
+    try:
+        one_shot = HubClient(path)
+        one_shot.fresh = True
+        answered = one_shot.snapshot()
+        assert answered is not None and answered["timestamp_s"] == last["timestamp_s"]
+        assert one_shot.snapshot() is not None  # the connection stays
+        one_shot.close()
+    finally:
+        server.stop()

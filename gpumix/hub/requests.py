@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -15,6 +16,8 @@ from gpumix.hub.core import Hub
 from gpumix.hub.history import HISTORY_FIELDS
 from gpumix.wire import protocol
 from gpumix.wire.protocol import ProtocolError
+
+log = logging.getLogger(__name__)
 
 
 async def answer(hub: Hub, request: dict[str, Any], control: Callable[[dict[str, Any], Any], dict[str, Any]],
@@ -29,7 +32,10 @@ async def answer(hub: Hub, request: dict[str, Any], control: Callable[[dict[str,
             # a one-shot, no dashboard viewing: busy GPUs' rates read now (a tick: 20 ms and a pair each), not
             # the slow schedule's last; a rate a tick old is fresh enough, so asking again and again costs
             # at most a tick every other interval
-            snapshot = await asyncio.get_running_loop().run_in_executor(None, partial(hub.tick, viewed=True))
+            try:
+                snapshot = await asyncio.get_running_loop().run_in_executor(None, partial(hub.tick, viewed=True))
+            except Exception:  # a reading that failed: the last snapshot, as a plain ask gets
+                log.exception("a one-shot's fresh reading failed")
         reply = {"type": "snapshot", "snapshot": snapshot}
     elif request["type"] == "series":
         index, name = protocol.integer(request, "index", True), protocol.text(request, "name", 64)

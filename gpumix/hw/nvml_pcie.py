@@ -186,11 +186,11 @@ class NvmlPcie:
 
     def _busy_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last rates of a GPU that still works, while its last read is younger than quiet_read_wait_s
-        of its busy_reads (the slow interval, longer while the same processes keep working); None: read its counters this
-        tick. A GPU with no process and no utilization (its work may have stopped), whose processes changed
-        (other work, other traffic), or whose link generation moved, is read at once; so is one on the wrap
-        guard (exact totals asked for). A read after carried ticks takes a pair where the counters may have
-        wrapped meanwhile."""
+        of its busy_reads (the slow interval, longer while the same processes keep working); None: read
+        its counters this tick. A GPU with no process and no utilization (its work may have stopped), whose
+        processes changed (other work, other traffic), or whose link generation moved, is read at once; so
+        is one on the wrap guard (exact totals asked for). A read after carried ticks takes a pair where the
+        counters may have wrapped meanwhile."""
         if not _working(sample):
             return None
         with self._pcie_lock:
