@@ -5,12 +5,14 @@ rigs where the oracle gains at least 5 % (the goal's rigs).
     python benchmarks/oracle_sets_summary.py --group "23 sets, after_s20" 'benchmarks/results/oracle_replan_*_after_s20_*.json' \
         --out benchmarks/results/oracle_replan_sets_s20_2026-12-07.json
 
-Each --group is a label and globs, comma-separated (quoted); a set is named by its granularity and seed."""
+Each --group is a label and globs, comma-separated (quoted), of set files (`.json`, or `.json.gz`); a set is named
+by its granularity and seed."""
 
 from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import json
 import statistics
 from pathlib import Path
@@ -31,7 +33,8 @@ def summarize(paths: list[str]) -> dict[str, Any]:
     restarts: list[int] = []
     errors: list[float] = []
     for path in sorted(paths):
-        data = json.loads(Path(path).read_text())
+        # a set's file as oracle_replan.py wrote it, or gzipped (session 22's: the repository travels to the device)
+        data = json.loads(gzip.decompress(Path(path).read_bytes()) if path.endswith(".gz") else Path(path).read_text())
         name = set_name(data)
         worth = [rig for rig in data["rigs"] if rig["oracle_gain"] >= WORTH_GAIN]
         shares += [rig["gain_share_of_oracle"] for rig in worth]

@@ -32,7 +32,7 @@ from typing import Any
 
 from gpumix.hub.client import HubClient
 from gpumix.run import restart
-from gpumix.run.auto_replan import AutoReplan
+from gpumix.run.auto_replan import AutoReplan, announcement
 from gpumix.run.job_process import KILL_GRACE_S, JobProcess
 from gpumix.wire.paths import runtime_dir
 from gpumix.wire.plan_file import CONTROL_DIR_ENV, PLAN_ENV, RESUME_STEP_ENV, RunPlan, write_json
@@ -185,7 +185,7 @@ class Supervisor:
             return None
         plan = self.auto_replan.propose(snapshot, self.job, self.resume_step, self.granularity, time.monotonic())
         if plan is not None:
-            self.say(f"gpumix run: auto re-plan, {plan['speedup']:.2f}x predicted")
+            self.say(f"gpumix run: auto re-plan, {announcement(plan)}")
         return plan
 
     # -- a restart, in order (the steps are gpumix/run/restart.py) ------------------------
