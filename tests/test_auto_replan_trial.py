@@ -11,7 +11,9 @@ import pytest
 from gpumix.hub import Hub
 from gpumix.hub.supervised import usable_plan
 from gpumix.plan.inputs import plan_from_snapshot
+from gpumix.run import restart
 from gpumix.run.auto_replan import CHECK_S, AutoReplan, announcement, split_in_force
+from gpumix.wire.plan_file import RunPlan
 from tests.test_plan_inputs import straggling_job
 
 
@@ -49,6 +51,9 @@ def test_a_first_plan_under_the_bar_is_tried_and_undone_when_it_measured_slower(
     plan = usable_plan(undo)  # what the supervisor restarts into: the split before the trial
     assert [(r["samples"], r["micro_batch"], r["accumulation_steps"]) for r in plan["ranks"]] == [(32, 32, 1)] * 3
     assert [r["loss_weight"] for r in plan["ranks"]] == [1.0, 1.0, 1.0] and plan["global_batch"] == 96
+    ranks = [r for r in job["ranks"] if r["job"] == "train"]
+    command = ["torchrun", "--nproc_per_node", "3", "train.py"]
+    assert restart.refusal(RunPlan.from_json(undo), ranks, 96, command, False) == (None, command)  # carried out
     assert "back" in auto.last_outcome
     assert announcement(undo).startswith("back to the split before the trial")  # no speedup: it was measured
     # the model erred on this job: no more restarts, even for a plan over the bar
