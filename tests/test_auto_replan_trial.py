@@ -4,6 +4,7 @@ on the split before; an undone trial is the last restart. Planned from a real hu
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -83,4 +84,7 @@ def test_the_split_in_force_needs_every_ranks_samples_and_micro_batch(job: dict[
     assert split_in_force(job, "train") is not None
     ranks = [{**r, "micro_batch": 5} if r["rank"] == 1 else r for r in job["ranks"]]  # 32 samples in 5s: no
     assert split_in_force({**job, "ranks": ranks}, "train") is None
+    for samples in (None, 0, math.nan, math.inf, True):  # a count not said, or not one
+        ranks = [{**r, "samples": samples} if r["rank"] == 1 else r for r in job["ranks"]]
+        assert split_in_force({**job, "ranks": ranks}, "train") is None
     assert split_in_force(job, "another job") is None

@@ -155,10 +155,10 @@ def split_in_force(snapshot: dict[str, Any], job: str) -> dict[str, Any] | None:
                    key=lambda r: r.get("rank") or 0)
     shares = []
     for rank in ranks:
-        samples, micro = rank.get("samples"), rank.get("micro_batch") or rank.get("samples")
-        if not samples or not micro or round(samples) % round(micro):
+        samples, micro = _whole(rank.get("samples")), _whole(rank.get("micro_batch") or rank.get("samples"))
+        if samples is None or micro is None or samples % micro:
             return None
-        shares.append((rank, round(samples), round(micro)))
+        shares.append((rank, samples, micro))
     total = sum(samples for _, samples, _ in shares)
     if [rank["rank"] for rank, _, _ in shares] != list(range(len(shares))) or not total:
         return None
@@ -166,3 +166,10 @@ def split_in_force(snapshot: dict[str, Any], job: str) -> dict[str, Any] | None:
         {"rank": rank["rank"], "gpu_uuid": rank.get("gpu_uuid"), "samples": samples, "micro_batch": micro,
          "accumulation_steps": samples // micro, "loss_weight": len(shares) * samples / total}
         for rank, samples, micro in shares]}
+
+
+def _whole(value: Any) -> int | None:
+    """A count a rank reported, rounded; None for none, a flag, or one not finite and at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 1:
+        return None
+    return round(value)
