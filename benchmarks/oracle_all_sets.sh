@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 16's 51 oracle sets (docs/planner.md: the 23 sets, 10 held-out, 8 fresh, 10 new), two at a time, with
 # the gpumix/ of TREE (a folder holding a copy of gpumix/, e.g. `bash benchmarks/tree_at.sh COMMIT TREE`):
-#   bash benchmarks/oracle_all_sets.sh TREE OUT_DIR      # OUT_DIR/g4_173.json, … (about 9 min on 2 cores)
+#   PY=.venv/bin/python bash benchmarks/oracle_all_sets.sh TREE OUT_DIR   # OUT_DIR/g4_173.json, … (9 min on 2 cores)
+# PY: a Python with gpumix's dependencies (default python3)
 set -eu
 tree=$(realpath "$1"); out=$(realpath -m "$2"); mkdir -p "$out"
 cd "$(dirname "$0")/.."
