@@ -59,6 +59,7 @@
 #   PART=s22b: as s22 in BAAB order, then with no rank, this one's tree then session 21's.
 #   PART=s22c: with the GPU busy and the hub over it read as 10 at the default socket, no dashboard: plain and
 #           fresh snapshots timed (benchmarks/fresh_snapshot_cost.py), then the one-shots against gpustat.
+#   PART=s22d: the busy hub read as 10 with 0 and 10 ranks, every thread under cProfile (benchmarks/profiled.py).
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -389,6 +390,15 @@ if [ "$PART" = s22c ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only)
     --label busy-hub-alias10 --out "$WORK/oneshot_busy_hub_alias10.json" --cmd "gpumix-top --once --json" \
     --cmd "gpumix doctor" --cmd "gpumix power show" --cmd "gpustat --json"
   stop_hub
+  stop_load
+fi
+if [ "$PART" = s22d ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only): where the busy hub's time goes
+  start_load 200
+  for ranks in 0 10; do
+    step 90 "the busy hub read as 10, every thread profiled, $ranks ranks" $PY "$REPO/benchmarks/bench_hub.py" --tick-cpu \
+      --tick-ranks "$ranks" --tick-seconds 30 --tick-warmup 10 --out "$WORK/hub_tick_alias10_busy_profiled_r$ranks.json" \
+      --hub-command "$PY -P $REPO/benchmarks/profiled.py $WORK/hub_profile_alias10_busy_r$ranks.prof $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
+  done
   stop_load
 fi
 if [ "$PART" = s21c ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
