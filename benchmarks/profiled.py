@@ -1,5 +1,6 @@
-"""Run a Python script with every thread under cProfile (cProfile alone sees the main thread only: a hub's
-ticks and its event loop run on others), the threads' stats merged into one pstats file at exit.
+"""Run a Python script with every thread under cProfile, the stats in one pstats file at exit. Before
+Python 3.12 cProfile sees the thread that enabled it only (a hub's ticks and its event loop run on others),
+so each thread gets its own, merged at exit; since 3.12 one profile sees every thread.
 
     python benchmarks/profiled.py OUT.prof benchmarks/aliased_hub.py 10 hub --interval 1
     python benchmarks/profiled.py OUT.prof -m gpumix.cli.main hub --interval 1 --sim mixed-10
@@ -48,7 +49,8 @@ def _dump(path: str) -> None:
 
 def main() -> None:
     out, script, *argv = sys.argv[1:]
-    threading.Thread.run = _profiled_run  # type: ignore[method-assign]
+    if sys.version_info < (3, 12):  # since 3.12 cProfile rides sys.monitoring, one per interpreter: every
+        threading.Thread.run = _profiled_run  # type: ignore[method-assign]  # thread's calls, and a second refused
     main_profile = cProfile.Profile()
     PROFILES.append(main_profile)
     atexit.register(_dump, out)
