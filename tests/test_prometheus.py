@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpumix.hub import Hub
 from gpumix.hub.ranks import parse_step
 from gpumix.record.prometheus import ListenError, MetricsServer, parse_listen
+from tests.conftest import ManualClock
 from tests.recording_helpers import add_ranks, step_ranks
 
 
@@ -160,3 +161,15 @@ def test_a_field_finding_reaches_prometheus(demo_hub: Hub) -> None:
                                              "amp_dtype": "float32"}))
     (sample,) = [s for s in scrape(demo_hub)["gpumix_finding"] if s.labels["id"] == "fp32-on-tensor-cores"]
     assert sample.labels["gpus"] == "3" and sample.labels["severity"] == "info"
+
+
+def test_a_carried_pcie_rate_says_its_age(demo_hub: Hub, clock: ManualClock) -> None:
+    """No dashboard views this hub: its busy GPUs' rates are carried between slow reads, and a scraper
+    reads how old each is beside the throughput (issue 13)."""
+    for _ in range(8):
+        clock.advance(1.0)
+        demo_hub.tick()
+    gpus = {str(gpu["index"]): gpu["pcie_rates_age_s"] for gpu in demo_hub.snapshot()["gpus"]}
+    assert max(gpus.values()) > 1.0  # carried, not read this tick
+    ages = {s.labels["gpu"]: s.value for s in scrape(demo_hub)["gpumix_pcie_rates_age_seconds"]}
+    assert ages == pytest.approx(gpus)

@@ -128,13 +128,17 @@ class HubCollector(Collector):
         width = GaugeMetricFamily("gpumix_pcie_link_width", "Current PCIe link width (lanes).", labels=GPU_LABELS)
         share = GaugeMetricFamily("gpumix_pcie_link_share", "PCIe throughput as a share of the current link's rate (0-1).",
                                   labels=[*GPU_LABELS, "direction"])
+        # a rate carried between reads (a quiet GPU's; a busy one's while no dashboard views the hub) says its age
+        age = GaugeMetricFamily("gpumix_pcie_rates_age_seconds", "Age of the reading behind the PCIe throughput "
+                                "(0: read this tick; up to 30 s where carried between reads).", labels=GPU_LABELS)
         for gpu in gpus:
             labels = _gpu_labels(gpu, hostname)
             _add(gen, labels, gpu.get("pcie_link_gen_current"))
             _add(width, labels, gpu.get("pcie_link_width_current"))
             for direction in ("rx", "tx"):
                 _add(share, [*labels, direction], gpu.get(f"pcie_{direction}_link_share"))
-        yield from (gen, width, share)
+            _add(age, labels, gpu.get("pcie_rates_age_s"))
+        yield from (gen, width, share, age)
         yield from self._ranks(snapshot, hostname)
         wait = GaugeMetricFamily("gpumix_tier_wait_share", "Median share of each step a tier's ranks wait for the slowest (0-1).",
                                  labels=["tier", "Hostname"])
