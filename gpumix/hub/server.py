@@ -180,9 +180,11 @@ class HubServer:
                 self._server.close()
             if self._tcp_server is not None:
                 self._tcp_server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            if tasks:  # each connection's clean-up (closing its writer) runs on a live loop, not at collection
+                await asyncio.wait(tasks, timeout=2.0)  # within stop()'s 5 s
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
