@@ -12,12 +12,13 @@ it). Read-only: the hub reads NVML getters only.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from result_out import report
 
 from gpumix.hub.client import HubClient
 
@@ -62,11 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                for key in ("plain_wall_ms", "plain_hub_cpu_ms", "fresh_wall_ms", "fresh_hub_cpu_ms")}
     result = {"benchmark": "fresh_snapshot_cost", "command": " ".join(["python", *sys.argv]),
               "rounds": args.rounds, "gap_s": args.gap_s, "medians": medians, "rows": rows}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return report(result, args.out)
 
 
 if __name__ == "__main__":

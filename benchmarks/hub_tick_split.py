@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import os
 import platform
 import pstats
 import sys
 import time
 from pathlib import Path
+
+from result_out import report
 
 
 def owner(path: str) -> str:
@@ -83,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         "profiled_calls_per_tick_by_owner": {name: round(calls / args.ticks, 1)
                                              for name, calls in sorted(calls_by_owner.items(), key=lambda item: -item[1])},
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return report(result, args.out, indent=2)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ the real driver's (an H100's busy pair: about 1.0 ms, benchmarks/results/hub_gpu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from result_out import report
 
 from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub.core import Hub
@@ -74,11 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [run(args.ticks, viewed=False), run(args.ticks, viewed=True)]
     result = {"benchmark": "pcie_calls_unviewed", "command": " ".join(["python", *sys.argv]), "runs": runs,
               "unviewed_over_viewed": round(runs[0]["calls_per_tick"] / runs[1]["calls_per_tick"], 3)}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ read-only: NVML getters only.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from result_out import report
 
 from gpumix.hub.client import HubClient
 
@@ -74,11 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "unviewed_rates_check", "command": " ".join(["python", *sys.argv]),
               "unviewed": summary(unviewed), "viewed": summary(viewed),
               "unviewed_polls": unviewed, "viewed_polls": viewed}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return report(result, args.out)
 
 
 if __name__ == "__main__":
