@@ -8,6 +8,8 @@ real socket."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -20,7 +22,7 @@ from gpumix.record.recorder import Recorder
 from gpumix.sim.machine import GpuActivity
 from gpumix.tui.app import GpumixApp
 from tests.call_counts import count_calls
-from tests.conftest import FixedHostSampler, ManualClock
+from tests.conftest import FixedHostSampler, ManualClock, ticked_hub
 from tests.test_pcie_guard_costs import FAST, GPU, World
 
 SLOW_S = 5  # the backend's slow interval, in 1 s ticks
@@ -148,6 +150,18 @@ def _hub(hardware: Hardware, clock: ManualClock) -> Hub:
     return Hub(hardware, host_sampler=FixedHostSampler(), clock=clock, wall_clock=lambda: 1_764_500_000.0 + clock())
 
 
+@contextmanager
+def _served(hub: Hub) -> Iterator[str]:
+    """The hub served on a Unix socket of its own for the block; the socket's path."""
+    path = f"/tmp/gpumix-unviewed-{id(hub)}.sock"
+    server = HubServer(hub, path)
+    server.start()
+    try:
+        yield path
+    finally:
+        server.stop()
+
+
 def _pcie_calls_over(hub: Hub, clock: ManualClock, calls: Counter[str], ticks: int, view: bool = False) -> int:
     before = calls.total()
     for _ in range(ticks):
@@ -178,10 +192,7 @@ def test_a_dashboards_client_asks_to_view_over_the_socket_and_a_one_shots_does_n
                                                                                     clock: ManualClock) -> None:
     hub = _hub(demo_hardware, clock)
     hub.tick()
-    path = f"/tmp/gpumix-view-{id(hub)}.sock"
-    server = HubServer(hub, path)
-    server.start()
-    try:
+    with _served(hub) as path:
         one_shot = HubClient(path)
         assert one_shot.snapshot() is not None
         assert not hub.viewed()
@@ -191,8 +202,6 @@ def test_a_dashboards_client_asks_to_view_over_the_socket_and_a_one_shots_does_n
         assert hub.viewed()
         one_shot.close()
         dashboard.close()
-    finally:
-        server.stop()
 
 
 def test_gpumix_top_with_its_own_hub_views_it(demo_hardware: Hardware, clock: ManualClock) -> None:
@@ -245,14 +254,8 @@ def _carried_busy(snapshot: dict[str, Any]) -> list[int]:
 
 def test_a_one_shots_client_gets_busy_gpus_pcie_read_now_and_asking_again_costs_no_second_read(
         demo_hardware: Hardware, clock: ManualClock) -> None:
-    hub = _hub(demo_hardware, clock)
-    for _ in range(10):  # no dashboard: the demo's busy GPUs carry their rates between slow reads (3 s old now)
-        hub.tick()
-        clock.advance(1.0)
-    path = f"/tmp/gpumix-fresh-{id(hub)}.sock"
-    server = HubServer(hub, path)
-    server.start()
-    try:
+    hub = ticked_hub(demo_hardware, clock, ticks=10)  # no dashboard: busy GPUs' rates carried, 3 s old now
+    with _served(hub) as path:
         calls = count_calls(demo_hardware.backend._nvml, PCIE_CALLS)
         plain = HubClient(path)
         carried = _carried_busy(plain.snapshot())
@@ -268,16 +271,11 @@ def test_a_one_shots_client_gets_busy_gpus_pcie_read_now_and_asking_again_costs_
         assert not hub.viewed()  # a one-shot is no dashboard: the slow schedule goes on
         plain.close()
         one_shot.close()
-    finally:
-        server.stop()
 
 
 def test_a_fresh_reading_that_fails_answers_with_the_last_snapshot(demo_hardware: Hardware, clock: ManualClock,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    hub = _hub(demo_hardware, clock)
-    for _ in range(10):
-        hub.tick()
-        clock.advance(1.0)
+    hub = ticked_hub(demo_hardware, clock, ticks=10)
     last = hub.snapshot()
     assert last is not None and _carried_busy(last)
 
@@ -285,15 +283,10 @@ def test_a_fresh_reading_that_fails_answers_with_the_last_snapshot(demo_hardware
         raise RuntimeError("NVML went away")
 
     monkeypatch.setattr(hub, "tick", failing_tick)
-    path = f"/tmp/gpumix-fresh-fail-{id(hub)}.sock"
-    server = HubServer(hub, path)
-    server.start()
-    try:
+    with _served(hub) as path:
         one_shot = HubClient(path)
         one_shot.fresh = True
         answered = one_shot.snapshot()
         assert answered is not None and answered["timestamp_s"] == last["timestamp_s"]
         assert one_shot.snapshot() is not None  # the connection stays
         one_shot.close()
-    finally:
-        server.stop()
