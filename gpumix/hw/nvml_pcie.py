@@ -159,9 +159,10 @@ class NvmlPcie:
                     counters.signs_at_read, counters.power_at_read_w = _signs(sample), sample.power_w
                     quiet = not may_move_data(sample, counters.last_rates)
                     counters.quiet_reads = counters.quiet_reads + 1 if quiet else 0
-                    same_work = _working(sample) and _pids(sample) == counters.pids_at_read
+                    pids = _pids(sample)
+                    same_work = _working(sample) and pids == counters.pids_at_read
                     counters.busy_reads = counters.busy_reads + 1 if same_work else 0
-                    counters.pids_at_read = _pids(sample)
+                    counters.pids_at_read = pids
 
     def _quiet_rates(self, sample: GpuSample) -> tuple[float, float] | None:
         """The last counter rates of a GPU that stays quiet, while its last read is younger than

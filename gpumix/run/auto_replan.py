@@ -121,7 +121,7 @@ class AutoReplan:
         predicted trial_bar() or more but under the bar, with a restart left to undo it."""
         if self.proposed or self.max_restarts < 2 or plan.kept_current or not self.trial_bar() <= plan.speedup < bar:
             return None
-        rate = ((snapshot.get("runs") or {}).get(job) or {}).get("samples_per_s")
+        rate = _job_samples_per_s(snapshot, job)
         before = split_in_force(snapshot, job)
         return (before, rate) if before is not None and rate else None
 
@@ -131,7 +131,7 @@ class AutoReplan:
         if self._trial is None:
             return None
         (before, rate_before), self._trial = self._trial, None
-        rate = ((snapshot.get("runs") or {}).get(job) or {}).get("samples_per_s")
+        rate = _job_samples_per_s(snapshot, job)
         if rate is None or rate >= rate_before:
             self._note(f"kept the trial auto-{self.proposed}: {rate or 0:.0f} samples/s against {rate_before:.0f}")
             return None
@@ -146,6 +146,11 @@ def announcement(plan: dict[str, Any]) -> str:
     if plan.get("speedup") is None:
         return str(plan.get("note") or "back to an earlier split")
     return f"{plan['speedup']:.2f}x predicted" + (" (a trial: undone if the job measures slower)" if plan.get("trial") else "")
+
+
+def _job_samples_per_s(snapshot: dict[str, Any], job: str) -> float | None:
+    """The job's samples/s as measured now: the hub's run summary (its live ranks' last steps)."""
+    return ((snapshot.get("runs") or {}).get(job) or {}).get("samples_per_s")
 
 
 def split_in_force(snapshot: dict[str, Any], job: str) -> dict[str, Any] | None:
