@@ -36,10 +36,18 @@ class GlobalBatchSampler:
 
     Yields n_r indices per step; a DataLoader with batch_size=n_r (or m_r,
     for k_r micro-batches) groups them.
+
+    `step_splits`: a stair probe's splits for the run's first steps
+    (gpumix.agent.probe_schedule.probe_steps), each with the same global batch:
+    those steps cut the same global batches at other places between the ranks,
+    so every sample is still trained once an epoch. Their counts differ from
+    n_r: iterate steps() and weigh each step by its own count
+    (loss_weight(len(indices), R, B)).
     """
 
     def __init__(self, dataset_len: int, samples_per_rank: Sequence[int], rank: int,
-                 seed: int = 0, epoch: int = 0, start_step: int = 0, shuffle: bool = True) -> None:
+                 seed: int = 0, epoch: int = 0, start_step: int = 0, shuffle: bool = True,
+                 step_splits: Sequence[Sequence[int]] = ()) -> None:
         if not 0 <= rank < len(samples_per_rank):
             raise ValueError(f"rank {rank} is not in a split of {len(samples_per_rank)} ranks")
         if any(n < 1 for n in samples_per_rank):
@@ -49,8 +57,13 @@ class GlobalBatchSampler:
                              " at 0 samples")
         if dataset_len < sum(samples_per_rank):
             raise ValueError(f"a dataset of {dataset_len} samples holds no global batch of {sum(samples_per_rank)}")
+        for split in step_splits:
+            if len(split) != len(samples_per_rank) or sum(split) != sum(samples_per_rank) or min(split) < 1:
+                raise ValueError(f"a probe's split {list(split)[:16]} is not {len(samples_per_rank)} counts of at least 1"
+                                 f" summing to the global batch of {sum(samples_per_rank)}")
         self.dataset_len = dataset_len
         self.samples_per_rank = list(samples_per_rank)
+        self.step_splits = [list(split) for split in step_splits]
         self.rank = rank
         self.seed = seed
         self.epoch = epoch
@@ -84,6 +97,10 @@ class GlobalBatchSampler:
     def offset(self) -> int:
         return sum(self.samples_per_rank[: self.rank])
 
+    def split_at(self, step: int) -> list[int]:
+        """The split of this epoch's step: a probe's in the run's first steps (step_splits), else n_r's."""
+        return self.step_splits[step] if self.epoch == 0 and step < len(self.step_splits) else self.samples_per_rank
+
     def set_epoch(self, epoch: int) -> None:
         """A new epoch starts at step 0; setting the epoch being resumed keeps start_step."""
         if epoch != self.epoch:
@@ -100,17 +117,20 @@ class GlobalBatchSampler:
     def steps(self) -> Iterator[list[int]]:
         """This rank's indices, one list per remaining optimizer step."""
         order = self.permutation()
-        n_r, start = self.samples_per_rank[self.rank], self.offset
         for step in range(self.start_step, self.steps_per_epoch):
-            first = step * self.global_batch + start
-            yield order[first : first + n_r]
+            split = self.split_at(step)
+            first = step * self.global_batch + sum(split[: self.rank])
+            yield order[first : first + split[self.rank]]
 
     def __iter__(self) -> Iterator[int]:
         for indices in self.steps():
             yield from indices
 
     def __len__(self) -> int:
-        return max(0, self.steps_per_epoch - self.start_step) * self.samples_per_rank[self.rank]
+        n_r = self.samples_per_rank[self.rank]
+        probed = range(self.start_step, min(self.steps_per_epoch, len(self.step_splits))) if self.epoch == 0 else ()
+        return max(0, self.steps_per_epoch - self.start_step) * n_r + sum(self.step_splits[s][self.rank] - n_r
+                                                                          for s in probed)
 
 
 def split_micro_batches(indices: Sequence[int], micro_batch: int) -> Iterator[list[int]]:

@@ -2,7 +2,7 @@
 # Issue 16's 51 oracle sets (docs/planner.md: the 23 sets, 10 held-out, 8 fresh, 10 new), two at a time, with
 # the gpumix/ of TREE (a folder holding a copy of gpumix/, e.g. `bash benchmarks/tree_at.sh COMMIT TREE`):
 #   PY=.venv/bin/python bash benchmarks/oracle_all_sets.sh TREE OUT_DIR   # OUT_DIR/g4_173.json, … (9 min on 2 cores)
-# PY: a Python with gpumix's dependencies (default python3)
+# PY: a Python with gpumix's dependencies (default python3); ORACLE_ARGS: more arguments for each set (--probe)
 set -eu
 tree=$(realpath "$1"); out=$(realpath -m "$2"); mkdir -p "$out"
 cd "$(dirname "$0")/.."
@@ -19,9 +19,10 @@ for seed in 181 191 193 197 199 211; do SETS+=" g16_$seed"; done
 one() {  # SPEC: g4 | g16 | g4_SEED | g16_SEED
   local spec=$1 g=${1%%_*} extra=()
   [[ $spec == *_* ]] && extra=(--seed "${spec#*_}" --no-shipped)
-  PYTHONPATH=$tree $PY -P benchmarks/oracle_replan.py --granularity "${g#g}" "${extra[@]}" --out "$out/$spec.json" \
+  PYTHONPATH=$tree $PY -P benchmarks/oracle_replan.py --granularity "${g#g}" "${extra[@]}" ${ORACLE_ARGS:-} \
+    --out "$out/$spec.json" \
     >"$out/$spec.log" 2>&1
   echo "$spec rc=$?"
 }
-export -f one; export tree out PY
+export -f one; export tree out PY ORACLE_ARGS
 printf '%s\n' $SETS | xargs -P2 -I{} bash -c 'one {}'

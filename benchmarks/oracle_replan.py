@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpumix.agent.probe_schedule import probe_steps
 from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
@@ -74,6 +75,7 @@ POLICY = AutoReplan()
 STEPS_PER_PHASE = 3 * MEDIAN_WINDOW  # steps each split runs before it is read
 MODELS = ["rtx3060", "rtx3090", "rtx3090-oc", "rtx4090", "rtx5070ti"]
 EXHAUSTIVE_LIMIT = 200_000
+PROBE = False  # --probe
 
 
 class Clock:
@@ -210,9 +212,12 @@ class Job:
         hub.tick()
         return cls(rig, World(rig), hub, clock)
 
-    def run(self, counts: Sequence[int], micro: Sequence[int], caps_w: Sequence[float | None]) -> dict[str, Any]:
+    def run(self, counts: Sequence[int], micro: Sequence[int], caps_w: Sequence[float | None],
+            probe: Sequence[Sequence[int]] = ()) -> dict[str, Any]:
         """A (re)launch: one process per rank at this split, STEPS_PER_PHASE steps from the world, as
-        the agent reports them (step, comm and data wait per rank). The old processes are gone."""
+        the agent reports them (step, comm and data wait per rank). The old processes are gone. `probe`:
+        a stair probe's splits, one a step, run first (each rank's loop cuts a step into passes of its
+        micro-batch, the last shorter: gpumix.agent.batch_split.split_micro_batches)."""
         for key in self.keys or []:
             self.hub.agent_gone(key)
         uuids = [g.uuid for g in self.rig.gpus]
@@ -222,20 +227,21 @@ class Job:
             self.keys.append(self.hub.agent_hello(parse_hello({
                 "rank": rank, "world_size": len(uuids), "job": "bench", "pid": self.pid, "gpu_uuid": uuid})))
         steps = []
-        for _ in range(STEPS_PER_PHASE):
-            timing = self.world.step(counts, caps_w, step=self.step, micro_batches=micro)
+        for split in [*probe, *[counts] * STEPS_PER_PHASE]:
+            passes = [min(m, n) for m, n in zip(micro, split, strict=True)]
+            timing = self.world.step(split, caps_w, step=self.step, micro_batches=passes)
             for rank, key in enumerate(self.keys):
                 comm = timing.step_s - timing.compute_s[rank] - timing.data_wait_s[rank]
                 self.hub.agent_step(key, parse_step({
-                    "step": self.step, "step_time_s": timing.step_s, "samples": counts[rank],
-                    "micro_batch": micro[rank], "comm_s": comm, "data_wait_s": timing.data_wait_s[rank],
-                    "mem_peak_bytes": job_model.memory_used_bytes(micro[rank]),
+                    "step": self.step, "step_time_s": timing.step_s, "samples": split[rank],
+                    "micro_batch": passes[rank], "comm_s": comm, "data_wait_s": timing.data_wait_s[rank],
+                    "mem_peak_bytes": job_model.memory_used_bytes(passes[rank]),
                     "gradient_bytes": self.world.gradient_bytes}))
             steps.append(timing.step_s)
             self.clock.now_s += timing.step_s
             self.step += 1
         self.hub.tick()
-        return {"measured_step_s": statistics.median(steps[-MEDIAN_WINDOW:])}
+        return {"measured_step_s": statistics.median(steps[-MEDIAN_WINDOW:]), "probe_steps": len(probe)}
 
 
 def equal_split(rig: Rig, per_rank: int) -> tuple[list[int], list[int]]:
@@ -257,7 +263,7 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float | None) -> dict[str, Any]
     oracle = oracle_split(world, total, stock)
 
     job = Job.start(rig)
-    job.run(counts, micro, stock)
+    first = job.run(counts, micro, stock, probe_steps(counts, GRANULARITY) if PROBE else [])
     plans: list[dict[str, Any]] = []
     restarts = 0
     auto = AutoReplan(settle_steps=0)
@@ -293,7 +299,7 @@ def bench_rig(rig: Rig, per_rank: int, budget_w: float | None) -> dict[str, Any]
         "global_batch": total, "granularity": GRANULARITY,
         "memory_bound": any(micro_cap(rig, r) < per_rank for r in range(R)),
         "equal_step_s": equal_s, "oracle": oracle, "oracle_gain": gain_oracle, "final_counts": counts, "final_step_s": final_s,
-        "gain_share_of_oracle": share, "restarts": restarts, "plans": plans,
+        "gain_share_of_oracle": share, "restarts": restarts, "plans": plans, "probe_steps": first["probe_steps"],
     }
     if budget_w is not None:
         result["power"] = bench_power(job, world, counts, micro, budget_w)
@@ -417,10 +423,13 @@ def main() -> None:
     parser.add_argument("--no-shipped", action="store_true", help="generated rigs only")
     parser.add_argument("--profile-steps", type=int, default=DEFAULT_STEPS)
     parser.add_argument("--profile-share", type=float, default=DEFAULT_STEP_SHARE)
+    parser.add_argument("--probe", action="store_true",
+                        help="a stair probe (gpumix.agent.probe_schedule) in the first launch, before the first look")
     parser.add_argument("--world-pass-s", type=float, default=world_module.PASS_OVERHEAD_S,
                         help="the world's cost of a pass (the planner's prior stays): how it fares when they differ")
     args = parser.parse_args()
     globals()["PROFILE_STEPS"], globals()["PROFILE_SHARE"] = args.profile_steps, args.profile_share
+    globals()["PROBE"] = args.probe
     world_module.PASS_OVERHEAD_S = args.world_pass_s
     globals()["GRANULARITY"] = args.granularity  # the split's unit everywhere in this run
     results = []

@@ -8,9 +8,10 @@ import random
 from typing import Any
 
 from gpumix.hub import Hub
+from gpumix.hub.count_runs import follow
 from gpumix.hub.intake import AgentIntake, log
 from gpumix.hub.rank_table import RankKey, job_name
-from gpumix.hub.ranks import parse_hello, parse_step
+from gpumix.hub.ranks import POINTS_KEPT, parse_hello, parse_step
 from gpumix.hw.hardware import Hardware
 from tests.conftest import FixedHostSampler, ManualClock
 
@@ -31,6 +32,7 @@ def old_step(intake: AgentIntake, key: RankKey, step: dict[str, Any], now_s: flo
     if step["step_time_s"] is None:
         return True
     stream.steps.append(step)
+    stream.count_run = follow(stream.count_run, [step], stream.points, POINTS_KEPT, now_s)  # each alone too
     if step.get("loss") is not None:
         stream.losses.append(step["loss"])
     uuid = stream.gpu_uuid or ""

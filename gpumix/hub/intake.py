@@ -3,10 +3,11 @@ transport reports feed it, a closed connection leaves it gone.
 
 A hello for a rank a live process holds is refused (gpumix.hub.rank_claims); the holder's own agent
 reconnecting keeps what it sent; a relaunched rank of a named job succeeds its gone predecessor and
-inherits its operating points. Each step is also filed under its GPU's cap (gpumix.hub.cap_samples).
+inherits its operating points. A run of steps at one count leaves a point when the count changes
+(gpumix.hub.count_runs: a stair probe's). Each step is also filed under its GPU's cap (gpumix.hub.cap_samples).
 
 Not thread-safe: the hub calls it under its lock. What it may import: the hub's ranks, rank table,
-rank claims and cap samples; gpumix.hw.
+rank claims, count runs and cap samples; gpumix.hw.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import logging
 from typing import Any
 
 from gpumix.hub.cap_samples import CapSamples
+from gpumix.hub.count_runs import follow
 from gpumix.hub.rank_claims import live_holder, same_process
 from gpumix.hub.rank_table import RankKey, RankLimits, RankRefused, RankTable, StreamKey, job_name
-from gpumix.hub.ranks import RankStream, carry_points
+from gpumix.hub.ranks import POINTS_KEPT, RankStream, carry_points
 from gpumix.hw.types import GpuInfo
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ class AgentIntake:
         if old is not None and reconnected:  # its agent reconnected: keep what it sent
             stream.steps, stream.losses, stream.points, stream.transport = old.steps, old.losses, old.points, old.transport
             stream.connections, stream.rejected_values = set(old.connections), old.rejected_values
-            stream.amp_counted = old.amp_counted
+            stream.amp_counted, stream.count_run = old.amp_counted, old.count_run
         elif predecessor is not None:  # a new process for this rank: a restart, maybe under a new split
             carry_points(predecessor, stream, now_s)
         self._connection_serial += 1
@@ -102,6 +104,7 @@ class AgentIntake:
             rows = [(step.get("samples"), step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0),
                      step["step_time_s"]) for step in kept if not (step.get("t") is not None and step["t"] < since_s)]
         stream.steps.extend(kept)
+        stream.count_run = follow(stream.count_run, kept, stream.points, POINTS_KEPT, now_s)
         stream.losses.extend(losses)
         stream.amp_counted = amp  # rank_summary looks for the GradScaler's counts only once one came
         self._cap_samples.add_many(stream.gpu_uuid, caps_w.get(uuid), rows, now_s)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from gpumix.hub.count_runs import CountRun
 from gpumix.hub.step_window import compute_spread_s, skipped_share, window_median
 from gpumix.wire.jobs import job_label, ranks_by_job
 from gpumix.wire.protocol import ProtocolError, integer, number, text
@@ -25,7 +26,7 @@ STEPS_KEPT = 120  # per rank, for medians and the AMP window (the losses have th
 MEDIAN_WINDOW = 10  # steps behind each figure, smooths jitter
 STRAGGLER_RATIO = 1.25  # compute time this far above the median marks a straggler...
 STRAGGLER_MIN_STEP_SHARE = 0.05  # ...and above it by this share of its step (1 ms against 0 is noise)
-POINTS_KEPT = 8  # operating points of a rank's earlier processes (its splits before re-plans)
+POINTS_KEPT = 8  # operating points of a rank's earlier processes (its splits before re-plans) and a probe's
 POINT_MAX_AGE_S = 900.0  # an older point may be from another load on the GPU: the planner skips it
 LOSS_HISTORY_KEPT = 60  # loss values in a rank's summary (the sparkline)
 
@@ -77,6 +78,7 @@ class RankStream:
     transport: list[dict[str, Any]] = field(default_factory=list)
     # what earlier processes of this rank measured at their splits, oldest first (operating_point)
     points: list[dict[str, Any]] = field(default_factory=list)
+    count_run: CountRun | None = None  # the steps in a row at this process's latest count (a probe's points)
     gone_summary: dict[str, Any] | None = None  # a gone rank's figures no longer change: computed once
     amp_counted: bool = False  # a step carried the GradScaler's skipped count: rank_summary looks for them
 

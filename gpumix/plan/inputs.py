@@ -74,6 +74,10 @@ def _point_micro_batches(rank: dict[str, Any]) -> tuple[int | None, ...]:
     return tuple(round(p["micro_batch"]) if p.get("micro_batch") else None for p in _measured_points(rank))
 
 
+def _point_probed(rank: dict[str, Any]) -> tuple[bool, ...]:
+    return tuple(p.get("probe") is True for p in _measured_points(rank))
+
+
 def _point_ages_s(rank: dict[str, Any]) -> tuple[float | None, ...]:
     """Each point's age as the hub gives it (age_s); None where missing or not a plausible age."""
     return tuple(p["age_s"] if _plausible(p.get("age_s"), 0.0, 1e9) else None for p in _measured_points(rank))
@@ -108,7 +112,7 @@ def measures(snapshot: Snapshot, job: str) -> list[RankMeasure]:
             compute_share=compute_share, mem_total_bytes=gpu.get("mem_total_bytes"),
             mem_peak_bytes=rank.get("mem_peak_bytes"), mem_per_sample_bytes=_mem_per_sample(rank),
             tier=gpu.get("tier"), compute_points=_compute_points(rank), compute_point_ages_s=_point_ages_s(rank),
-            compute_point_micro_batches=_point_micro_batches(rank),
+            compute_point_micro_batches=_point_micro_batches(rank), compute_point_probed=_point_probed(rank),
         ))
     ranks = sorted(m.rank for m in result)
     if ranks != list(range(len(ranks))):

@@ -38,14 +38,19 @@ def hindsight_error(measures: Sequence[RankMeasure]) -> float | None:
     against what it measured (relative): the largest, plus the largest difference between two
     measurements of the same split (a rank running a count it ran before: the noise of a median).
     None when no curve can be checked (a one-point proportional guess's error says how wrong
-    proportionality was, which the point measured since has corrected)."""
+    proportionality was, which the point measured since has corrected). A probe's points are left
+    out: a line through a few counts near one split crosses its stairs, and its error there said
+    "within error" of gains the oracle's rigs had (docs/planner.md, session 23)."""
     errors, repeats = [], [0.0]
     for m in measures:
         if m.current_samples <= 0:
             continue
         measured_s = m.current_compute_s
-        earlier = [(n, t) for n, t in m.compute_points if n != m.current_samples]
-        repeats += [abs(t - measured_s) / measured_s for n, t in m.compute_points if n == m.current_samples]
+        probed = m.compute_point_probed if len(m.compute_point_probed) == len(m.compute_points) \
+            else (False,) * len(m.compute_points)
+        splits = [point for point, by_probe in zip(m.compute_points, probed, strict=True) if not by_probe]
+        earlier = [(n, t) for n, t in splits if n != m.current_samples]
+        repeats += [abs(t - measured_s) / measured_s for n, t in splits if n == m.current_samples]
         if len({n for n, _ in earlier}) >= 2:
             curve, _ = compute_estimate(earlier, [None] * len(earlier), None)
             errors.append(abs(curve.time_s(m.current_samples) - measured_s) / measured_s)

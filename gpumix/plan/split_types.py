@@ -59,6 +59,9 @@ class RankMeasure:
     compute_points: tuple[tuple[int, float], ...] = ()
     compute_point_ages_s: tuple[float | None, ...] = ()  # the points' ages (the hub's age_s); () unknown
     compute_point_micro_batches: tuple[int | None, ...] = ()  # the points' micro-batches; () unknown
+    # the points a probe made (a few steps at another count within one process), not a split that ran:
+    # they shape the curve but never judge it (prediction.hindsight_error); () none
+    compute_point_probed: tuple[bool, ...] = ()
     tiled_curve: ComputeCurve | None = None  # set by the planner where stairs were learned (plan.stairs)
     tile_samples: int | None = None  # the tile learned with it, where wider than the granularity
     learned_tile_samples: int = 1  # the tile its points (or its tier's) show, whatever the granularity; 1: none

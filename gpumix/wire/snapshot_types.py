@@ -129,6 +129,9 @@ class OperatingPoint(TypedDict):
     micro_batch: float | None
     mem_peak_bytes: float | None
     age_s: float
+    # a stair probe's (steps at another count within one process, gpumix/hub/count_runs.py), not a split
+    # that ran; absent for a split's point
+    probe: NotRequired[bool]
 
 
 class TransportChannel(TypedDict):

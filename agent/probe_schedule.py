@@ -1,0 +1,49 @@
+"""A stair probe: a few steps at counts near each rank's split, so the first plan sees its stairs.
+
+A GPU computes in waves of tiles, so a step's time rises in stairs, and one measured count cannot show
+where they are: first plans put fast cards one sample past a stair (docs/planner.md). The probe runs
+each rank at its count +-1 and +-2 granules for STEPS_PER_SPLIT steps each (the hub turns each run into
+a point: gpumix/hub/count_runs.py). Ranks pair up and trade samples, one taking what its partner gives,
+so every step still trains the whole global batch: the sampler cuts the same global batches, only
+at other places between the ranks, and a step's loss weights follow its own counts (n_r x R / B).
+
+Standard library only; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+OFFSETS = (1, 2)  # granules each way: the oracle's sets gained most from +-1 and +-2 (docs/planner.md, session 23)
+STEPS_PER_SPLIT = 6  # the hub leaves a run's first step out and needs four after it (count_runs)
+
+
+def probe_splits(samples_per_rank: Sequence[int], granularity: int,
+                 offsets: Sequence[int] = OFFSETS) -> list[list[int]]:
+    """The splits a probe runs, in order, each with the same total as `samples_per_rank`: ranks in
+    pairs (0, 1), (2, 3), ..., the first taking j granules from the second, then giving them; an odd
+    last rank pairs with rank 0 in splits of their own. A trade that would leave a rank under one
+    granule is left out. Empty for one rank."""
+    counts = list(samples_per_rank)
+    unit = max(1, granularity)
+    pairs = [(a, a + 1) for a in range(0, len(counts) - 1, 2)]
+    extra = [(len(counts) - 1, 0)] if len(counts) % 2 and len(counts) > 1 else []
+    splits = []
+    for group in ([pairs] if pairs else []) + ([extra] if extra else []):
+        for j in offsets:
+            for sign in (1, -1):
+                split = list(counts)
+                for a, b in group:
+                    move = sign * j * unit
+                    if split[a] + move >= unit and split[b] - move >= unit:
+                        split[a] += move
+                        split[b] -= move
+                if split != counts:
+                    splits.append(split)
+    return splits
+
+
+def probe_steps(samples_per_rank: Sequence[int], granularity: int, steps_per_split: int = STEPS_PER_SPLIT,
+                offsets: Sequence[int] = OFFSETS) -> list[list[int]]:
+    """The probe step by step: each of probe_splits' splits steps_per_split times."""
+    return [split for split in probe_splits(samples_per_rank, granularity, offsets) for _ in range(steps_per_split)]
