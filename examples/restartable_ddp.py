@@ -25,8 +25,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import gpumix.agent
-from gpumix.agent.batch_split import GlobalBatchSampler, split_micro_batches
+from gpumix.agent.batch_split import GlobalBatchSampler, loss_weight, split_micro_batches
 from gpumix.agent.ddp import watch_ddp
+from gpumix.agent.probe_schedule import probe_steps
 from gpumix.wire.plan_file import RunPlan
 
 
@@ -51,6 +52,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=32, help="hidden width (4096+ makes a GPU work)")
     parser.add_argument("--layers", type=int, default=1, help="hidden layers")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    parser.add_argument("--stair-probe", type=int, default=0, metavar="GRANULARITY",
+                        help="a first launch runs a stair probe first: counts +-1 and +-2 granules of this size"
+                             " (gpumix.agent.probe_schedule); 0: none")
     parser.add_argument("--slow-rank", type=int, help="this rank computes slower, as a weaker GPU would (tests)")
     parser.add_argument("--slow-s-per-sample", type=float, default=0.0, help="the slow rank's extra seconds per sample")
     args = parser.parse_args()
@@ -111,15 +115,16 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
             total = 0.0
             for number, micro in enumerate(micro_batches):
                 x, y = inputs[micro].to(device), targets[micro].to(device)
-                # each micro-batch's mean loss, weighted so the update is the full global batch's
-                weight = share.loss_weight * len(micro) / share.samples
+                # each micro-batch's mean loss, weighted so the update is the full global batch's: its
+                # samples x R / B (batch_split.loss_weight over this step's own count, as a probe's steps differ)
+                weight = loss_weight(len(micro), world, plan.global_batch)
                 last = number == len(micro_batches) - 1
                 with contextlib.nullcontext() if last else ddp.no_sync():  # one all-reduce per step
                     if rank == args.slow_rank:
                         time.sleep(args.slow_s_per_sample * len(micro))
                     loss = torch.nn.functional.mse_loss(ddp(x), y)
                     (loss * weight).backward()
-                total += loss.item() * len(micro) / share.samples
+                total += loss.item() * len(micro) / len(indices)
             optimizer.step()
             record.loss = total
         return total
@@ -127,6 +132,8 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
     # resume_step counts optimizer steps over the whole run: the sampler turns it into the epoch
     # and the step within it (the global batch never changes across restarts)
     sampler = GlobalBatchSampler.resumed(args.dataset, plan.samples_per_rank, rank, start, seed=7)
+    if args.stair_probe and not start:  # a first launch: the probe's steps, before the split's own
+        sampler.step_splits = probe_steps(plan.samples_per_rank, args.stair_probe)
     step = start
     stopped = False
     while step < args.steps and not stopped:

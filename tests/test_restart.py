@@ -314,3 +314,37 @@ def test_deepspeed_apply_hands_each_rank_its_config_with_one_accumulation(hub_so
         assert config["train_micro_batch_size_per_gpu"] == share.micro_batch
         assert config["gradient_accumulation_steps"] == k and share.micro_batch * k == share.samples
         assert config["zero_optimization"] == {"stage": 2} and config["gradient_clipping"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_stair_probe_trains_the_same_global_batches_and_the_hub_keeps_its_points(tmp_path: Path, hub_socket) -> None:
+    """`--stair-probe 2` on 3 ranks of 8: the first 48 steps run the probe's splits (each rank at 8 +- 2 and
+    +- 4), every step still trains its global batch, the parameters end as the equal split's, and the hub,
+    fed by the real agents, keeps a point marked "probe" at each count rank 0 ran (it sleeps 3 ms a sample,
+    so its compute is the sleep's: the others' CPU compute is near nothing, and a point needs some)."""
+    hub, socket_path = hub_socket
+    run_reference(tmp_path)
+    (tmp_path / "trace").mkdir()
+    supervisor, outcome = supervise(tmp_path, socket_path, command(
+        tmp_path, "--stair-probe", "2", "--slow-rank", "0", "--slow-s-per-sample", "0.003",
+        "--trace", str(tmp_path / "trace"), "--checkpoint", str(tmp_path / "ckpt.pt"), "--final", str(tmp_path / "final.pt")))
+    outcome["thread"].join(timeout=240)
+    assert outcome.get("code") == 0, supervisor.message
+
+    by_rank = traces(tmp_path / "trace")
+    counts = {rank: [len(e["indices"]) for e in entries] for rank, entries in by_rank.items()}
+    assert counts[0][:48] == [10] * 6 + [6] * 6 + [12] * 6 + [4] * 6 + [6] * 6 + [10] * 6 + [4] * 6 + [12] * 6
+    assert counts[2][:48] == [8] * 24 + [10] * 6 + [6] * 6 + [12] * 6 + [4] * 6
+    assert all(counts[rank][48:] == [8] * (STEPS - 48) for rank in range(3))
+    order = GlobalBatchSampler(2400, [24], 0, seed=7).permutation()
+    for step in range(STEPS):
+        batch = [i for rank in by_rank.values() for entry in rank if entry["step"] == step for i in entry["indices"]]
+        assert sorted(batch) == sorted(order[step * 24:(step + 1) * 24]), step
+    assert_final_equals_reference(tmp_path)
+
+    def rank0_points() -> dict[float, float]:
+        [rank0] = [r for r in hub.snapshot()["ranks"] if r["job"] == "t" and r["rank"] == 0]
+        return {p["samples"]: p["compute_s"] for p in rank0["points"] if p.get("probe")}
+    assert wait_until(lambda: sorted(rank0_points()) == [4, 6, 10, 12], 10), rank0_points()
+    computes = [rank0_points()[n] for n in (4, 6, 10, 12)]
+    assert computes == sorted(computes) and computes[0] > 0.003 * 4 * 0.9, computes  # the sleep's, growing with n
