@@ -72,11 +72,11 @@ class GlobalBatchSampler:
 
     @classmethod
     def resumed(cls, dataset_len: int, samples_per_rank: Sequence[int], rank: int, steps_done: int,
-                seed: int = 0, shuffle: bool = True) -> GlobalBatchSampler:
+                seed: int = 0, shuffle: bool = True, step_splits: Sequence[Sequence[int]] = ()) -> GlobalBatchSampler:
         """The sampler positioned after `steps_done` optimizer steps counted over the whole run
         (agent.resume_step): the epoch they reached and the step within it. Exact as long as the
         global batch stays the same across restarts, which the supervisor enforces."""
-        sampler = cls(dataset_len, samples_per_rank, rank, seed=seed, shuffle=shuffle)
+        sampler = cls(dataset_len, samples_per_rank, rank, seed=seed, shuffle=shuffle, step_splits=step_splits)
         sampler.epoch, sampler.start_step = divmod(max(0, steps_done), sampler.steps_per_epoch)
         return sampler
 

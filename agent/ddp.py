@@ -14,7 +14,9 @@ backward compute: a fast rank's wait for the slowest one shows up there.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from gpumix.agent.core import Agent
@@ -65,3 +67,36 @@ def watch_ddp(agent: Agent, model: Any) -> DdpTimes:
     agent.phase_probes.append(times.phases)
     agent.gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return times
+
+
+@contextlib.contextmanager
+def compute_apart(model: Any, record: Any) -> Iterator[None]:
+    """A step whose compute is timed alone: `with compute_apart(ddp, step):` around its forwards and
+    backwards. DDP's own timers sample iterations 1-10 and every 100th, so a stair probe's steps
+    (gpumix.agent.probe_schedule), each at other counts than the last, would be read with another
+    step's communication, and a fast rank's point would carry its slower partner's compute. Here the
+    backwards run without DDP's all-reduce, the compute is timed to its end (the GPU synchronized), the
+    gradients are then averaged across the ranks as DDP would, and the step's comm_s is that
+    all-reduce: the hub's compute for the step is this rank's own. Costs the overlap: for probe steps only."""
+    import torch
+    import torch.distributed as dist
+
+    cuda = any(p.is_cuda for p in model.parameters())
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    with model.no_sync():
+        yield
+    synchronize()
+    computed_s = time.perf_counter()
+    world = dist.get_world_size()
+    by_dtype: dict[Any, list[Any]] = {}
+    for parameter in model.parameters():
+        if parameter.requires_grad and parameter.grad is not None:
+            by_dtype.setdefault(parameter.grad.dtype, []).append(parameter.grad)
+    for grads in by_dtype.values():  # one all-reduce a dtype, as DDP's buckets are few, not one a tensor
+        flat = torch.cat([grad.reshape(-1) for grad in grads])
+        dist.all_reduce(flat)
+        flat.div_(world)
+        for grad, reduced in zip(grads, flat.split([grad.numel() for grad in grads]), strict=True):
+            grad.copy_(reduced.view_as(grad))
+    synchronize()
+    record.comm_s = time.perf_counter() - computed_s

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import gpumix.agent
 from gpumix.agent.batch_split import GlobalBatchSampler, loss_weight, split_micro_batches
-from gpumix.agent.ddp import watch_ddp
+from gpumix.agent.ddp import compute_apart, watch_ddp
 from gpumix.agent.probe_schedule import probe_steps
 from gpumix.wire.plan_file import RunPlan
 
@@ -107,40 +107,48 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
     agent.on_checkpoint(save)
     log = open(Path(args.trace) / f"rank{rank}.jsonl", "a") if args.trace else None
 
-    def train_step(indices: list[int]) -> float:
-        """One optimizer step over this rank's share of a global batch; its mean loss."""
+    def train_step(indices: list[int], probing: bool) -> float:
+        """One optimizer step over this rank's share of a global batch; its mean loss. `probing`: a stair
+        probe's step (every rank's): its compute timed apart from the all-reduce (compute_apart)."""
         with agent.step(samples=len(indices)) as record:
             optimizer.zero_grad(set_to_none=True)
             micro_batches = list(split_micro_batches(indices, share.micro_batch))
-            total = 0.0
-            for number, micro in enumerate(micro_batches):
-                x, y = inputs[micro].to(device), targets[micro].to(device)
-                # each micro-batch's mean loss, weighted so the update is the full global batch's: its
-                # samples x R / B (batch_split.loss_weight over this step's own count, as a probe's steps differ)
-                weight = loss_weight(len(micro), world, plan.global_batch)
-                last = number == len(micro_batches) - 1
-                with contextlib.nullcontext() if last else ddp.no_sync():  # one all-reduce per step
-                    if rank == args.slow_rank:
-                        time.sleep(args.slow_s_per_sample * len(micro))
-                    loss = torch.nn.functional.mse_loss(ddp(x), y)
-                    (loss * weight).backward()
-                total += loss.item() * len(micro) / len(indices)
+            with compute_apart(ddp, record) if probing else contextlib.nullcontext():
+                total = passes(micro_batches, len(indices))
             optimizer.step()
             record.loss = total
         return total
 
+    def passes(micro_batches: list[list[int]], samples: int) -> float:
+        """The step's forwards and backwards; its mean loss."""
+        total = 0.0
+        for number, micro in enumerate(micro_batches):
+            x, y = inputs[micro].to(device), targets[micro].to(device)
+            # each micro-batch's mean loss, weighted so the update is the full global batch's: its
+            # samples x R / B (batch_split.loss_weight over this step's own count, as a probe's steps differ)
+            weight = loss_weight(len(micro), world, plan.global_batch)
+            last = number == len(micro_batches) - 1
+            with contextlib.nullcontext() if last else ddp.no_sync():  # one all-reduce per step
+                if rank == args.slow_rank:
+                    time.sleep(args.slow_s_per_sample * len(micro))
+                loss = torch.nn.functional.mse_loss(ddp(x), y)
+                (loss * weight).backward()
+            total += loss.item() * len(micro) / samples
+        return total
+
     # resume_step counts optimizer steps over the whole run: the sampler turns it into the epoch
     # and the step within it (the global batch never changes across restarts)
-    sampler = GlobalBatchSampler.resumed(args.dataset, plan.samples_per_rank, rank, start, seed=7)
-    if args.stair_probe and not start:  # a first launch: the probe's steps, before the split's own
-        sampler.step_splits = probe_steps(plan.samples_per_rank, args.stair_probe)
+    # a first launch with --stair-probe runs the probe's steps before the split's own
+    probe = probe_steps(plan.samples_per_rank, args.stair_probe) if args.stair_probe and not start else []
+    sampler = GlobalBatchSampler.resumed(args.dataset, plan.samples_per_rank, rank, start, seed=7, step_splits=probe)
     step = start
     stopped = False
     while step < args.steps and not stopped:
         for indices in sampler.steps():
             if step >= args.steps:
                 break
-            total = train_step(indices)
+            probing = sampler.split_at(step - sampler.epoch * sampler.steps_per_epoch) != sampler.samples_per_rank
+            total = train_step(indices, probing)
             if log:
                 log.write(json.dumps({"step": step, "epoch": sampler.epoch, "loss": total, "indices": indices,
                                       "plan": plan.plan_id}) + "\n")

@@ -65,8 +65,7 @@ def test_the_sampler_trains_every_sample_once_an_epoch_through_a_probe() -> None
             assert sorted(together) == sorted(i for s in plain for i in list(s.steps())[step])
         for rank in range(3):
             assert len(probed[rank]) == sum(len(s) for s in per_rank[rank]) == len(list(probed[rank]))
-    resumed = GlobalBatchSampler.resumed(dataset, counts, 1, 9, seed=3)
-    resumed.step_splits = [list(s) for s in schedule]
+    resumed = GlobalBatchSampler.resumed(dataset, counts, 1, 9, seed=3, step_splits=schedule)
     assert list(resumed.steps()) == [list(GlobalBatchSampler(dataset, counts, 1, seed=3).steps())[9]]
 
 
