@@ -76,6 +76,8 @@ STEPS_PER_PHASE = 3 * MEDIAN_WINDOW  # steps each split runs before it is read
 MODELS = ["rtx3060", "rtx3090", "rtx3090-oc", "rtx4090", "rtx5070ti"]
 EXHAUSTIVE_LIMIT = 200_000
 PROBE = False  # --probe
+PROBE_SINGLE_PASS = False  # --probe-single-pass
+PROBE_EVEN_PASSES = False  # --probe-even-passes
 
 
 class Clock:
@@ -229,6 +231,10 @@ class Job:
         steps = []
         for split in [*probe, *[counts] * STEPS_PER_PHASE]:
             passes = [min(m, n) for m, n in zip(micro, split, strict=True)]
+            if PROBE_SINGLE_PASS:  # a rank that runs its split in one pass runs a probe's count in one too
+                passes = [n if m >= c else p for m, c, n, p in zip(micro, counts, split, passes, strict=True)]
+            elif PROBE_EVEN_PASSES:
+                passes = [max(d for d in range(1, min(m, n) + 1) if n % d == 0) for m, n in zip(micro, split, strict=True)]
             timing = self.world.step(split, caps_w, step=self.step, micro_batches=passes)
             for rank, key in enumerate(self.keys):
                 comm = timing.step_s - timing.compute_s[rank] - timing.data_wait_s[rank]
@@ -425,11 +431,16 @@ def main() -> None:
     parser.add_argument("--profile-share", type=float, default=DEFAULT_STEP_SHARE)
     parser.add_argument("--probe", action="store_true",
                         help="a stair probe (gpumix.agent.probe_schedule) in the first launch, before the first look")
+    parser.add_argument("--probe-single-pass", action="store_true",
+                        help="a rank whose split runs in one pass runs its probe counts in one (memory permitting)")
+    parser.add_argument("--probe-even-passes", action="store_true",
+                        help="a probe's count in passes of its largest divisor within the micro-batch")
     parser.add_argument("--world-pass-s", type=float, default=world_module.PASS_OVERHEAD_S,
                         help="the world's cost of a pass (the planner's prior stays): how it fares when they differ")
     args = parser.parse_args()
     globals()["PROFILE_STEPS"], globals()["PROFILE_SHARE"] = args.profile_steps, args.profile_share
-    globals()["PROBE"] = args.probe
+    globals()["PROBE"], globals()["PROBE_SINGLE_PASS"] = args.probe, args.probe_single_pass
+    globals()["PROBE_EVEN_PASSES"] = args.probe_even_passes
     world_module.PASS_OVERHEAD_S = args.world_pass_s
     globals()["GRANULARITY"] = args.granularity  # the split's unit everywhere in this run
     results = []

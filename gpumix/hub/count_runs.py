@@ -30,10 +30,7 @@ class CountRun:
     samples: int | None
     micro_batch: int | None
     seen: int = 0
-    step_s: list[float] = field(default_factory=list)
-    comm_s: list[float] = field(default_factory=list)
-    wait_s: list[float] = field(default_factory=list)
-    computes_s: list[float] = field(default_factory=list)  # each step's own (for the spread)
+    computes_s: list[float] = field(default_factory=list)  # each step's own: its time less its waits
     mem_peak_bytes: float | None = None
 
 
@@ -48,13 +45,9 @@ def follow(run: CountRun | None, steps: list[dict[str, Any]], points: list[dict[
                 _leave_point(run, points, kept, now_s)
             run = CountRun(samples, step.get("micro_batch"))
         run.seen += 1
-        if run.seen <= SETTLE_STEPS or len(run.step_s) >= MAX_STEPS:
+        if run.seen <= SETTLE_STEPS or len(run.computes_s) >= MAX_STEPS:
             continue
-        comm, wait = step.get("comm_s") or 0.0, step.get("data_wait_s") or 0.0
-        run.step_s.append(step["step_time_s"])
-        run.comm_s.append(comm)
-        run.wait_s.append(wait)
-        run.computes_s.append(max(0.0, step["step_time_s"] - comm - wait))
+        run.computes_s.append(max(0.0, step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0)))
         peak = step.get("mem_peak_bytes")
         if peak is not None and (run.mem_peak_bytes is None or peak > run.mem_peak_bytes):
             run.mem_peak_bytes = peak
@@ -62,11 +55,13 @@ def follow(run: CountRun | None, steps: list[dict[str, Any]], points: list[dict[
 
 
 def _leave_point(run: CountRun, points: list[dict[str, Any]], kept: int, now_s: float) -> None:
-    if not run.samples or run.samples < 1 or len(run.step_s) < MIN_STEPS:
+    if not run.samples or run.samples < 1 or len(run.computes_s) < MIN_STEPS:
         return
-    step_s, comm_s, wait_s = window_median(run.step_s), window_median(run.comm_s), window_median(run.wait_s)
-    # as a rank row's compute: the medians' difference (docs/hub.md, session 12)
-    compute_s = max(0.0, (step_s or 0.0) - (comm_s or 0.0) - (wait_s or 0.0))
+    # the median of each step's own compute, not a rank row's medians' difference (docs/hub.md, session
+    # 12): over a few steps whose slowest rank changes, step and comm medians come from different steps
+    # (in the oracle's world that read a 4090's 120 samples 4 % slow, its 124 1 % fast, and the probe
+    # lost rigs: docs/planner.md, session 23); a probe step's comm is its own (agent.ddp.compute_apart)
+    compute_s = window_median(list(run.computes_s)) or 0.0
     if compute_s <= 0.0:
         return
     points[:] = [p for p in points if p["samples"] != run.samples][-(kept - 1):] if kept > 1 else []
