@@ -154,3 +154,20 @@ def test_a_probes_points_never_judge_the_curves_error() -> None:
     assert hindsight_error([_measure((False, False))]) == pytest.approx(1.0)  # two earlier splits: judged
     assert hindsight_error([_measure((True, True))]) is None  # a probe's: no split to judge by
     assert hindsight_error([_measure(())]) == pytest.approx(1.0)  # no flags (an older hub): splits
+
+
+def test_a_probe_point_is_the_median_of_its_steps_own_computes(demo_hardware: Hardware, clock: ManualClock) -> None:
+    """A rank whose partner paces some steps: its computes are 0.10-0.20 s (median 0.10), the steps and
+    the comm waits move together. The medians' difference of a rank row would read 0.25 - 0.05 = 0.20 s."""
+    hub = ticked_hub(demo_hardware, clock)
+    key = _hello(hub, 100)
+    computes, steps = [0.1, 0.1, 0.2, 0.1, 0.11], [0.4, 0.4, 0.25, 0.15, 0.16]
+    messages = [{"step": 0, "samples": 60, "step_time_s": 1.0, "comm_s": 0.0}]  # the settling step
+    messages += [{"step": 1 + i, "samples": 60, "step_time_s": s, "comm_s": round(s - c, 2)}
+                 for i, (c, s) in enumerate(zip(computes, steps, strict=True))]
+    messages += [{"step": 6 + i, "samples": 64, "step_time_s": 0.2, "comm_s": 0.05} for i in range(10)]
+    hub.agent_steps(key, [parse_step(m) for m in messages])
+    hub.tick()
+    [rank] = hub.snapshot()["ranks"]
+    [point] = rank["points"]
+    assert point["samples"] == 60 and point["compute_s"] == pytest.approx(0.10)
