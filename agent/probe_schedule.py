@@ -47,3 +47,24 @@ def probe_steps(samples_per_rank: Sequence[int], granularity: int, steps_per_spl
                 offsets: Sequence[int] = OFFSETS) -> list[list[int]]:
     """The probe step by step: each of probe_splits' splits steps_per_split times."""
     return [split for split in probe_splits(samples_per_rank, granularity, offsets) for _ in range(steps_per_split)]
+
+
+MEMORY_MARGIN = 0.10  # of the GPU's memory left free, as the planner's micro-batch cap leaves it
+
+
+def probe_micro_batch(samples: int, micro_batch: int, peak_bytes: float | None = None,
+                      total_bytes: float | None = None) -> int:
+    """The micro-batch a rank runs a probe's count of `samples` in, decided by the rank alone (a step's
+    passes are its own business; its all-reduce is one whatever they are): the whole count in one pass
+    where it fits, the memory the split's micro-batch peaked at scaled by samples (an overestimate:
+    the model's own state does not grow) under 1 - MEMORY_MARGIN of the GPU's; else even passes, the
+    largest divisor of the count within the split's micro-batch. A short last pass would cost a whole
+    pass for a few samples: the oracle's world read such points as stairs (docs/planner.md, session 23).
+    Where even passes would take over twice the passes the split's micro-batch needs (a prime count),
+    passes of the split's micro-batch, the last shorter."""
+    if samples <= micro_batch:
+        return samples
+    if peak_bytes and total_bytes and peak_bytes * samples / micro_batch <= (1 - MEMORY_MARGIN) * total_bytes:
+        return samples
+    even = max(d for d in range(1, micro_batch + 1) if samples % d == 0)
+    return even if samples // even <= 2 * -(-samples // micro_batch) else micro_batch

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpumix.agent.probe_schedule import probe_steps
+from gpumix.agent.probe_schedule import probe_micro_batch, probe_steps
 from gpumix.cli.hardware import simulated_hardware
 from gpumix.hub import Hub
 from gpumix.hub.ranks import MEDIAN_WINDOW, parse_hello, parse_step
@@ -76,8 +76,7 @@ STEPS_PER_PHASE = 3 * MEDIAN_WINDOW  # steps each split runs before it is read
 MODELS = ["rtx3060", "rtx3090", "rtx3090-oc", "rtx4090", "rtx5070ti"]
 EXHAUSTIVE_LIMIT = 200_000
 PROBE = False  # --probe
-PROBE_SINGLE_PASS = False  # --probe-single-pass
-PROBE_EVEN_PASSES = False  # --probe-even-passes
+PROBE_PASSES = "product"  # --probe-passes
 
 
 class Clock:
@@ -229,12 +228,8 @@ class Job:
             self.keys.append(self.hub.agent_hello(parse_hello({
                 "rank": rank, "world_size": len(uuids), "job": "bench", "pid": self.pid, "gpu_uuid": uuid})))
         steps = []
-        for split in [*probe, *[counts] * STEPS_PER_PHASE]:
-            passes = [min(m, n) for m, n in zip(micro, split, strict=True)]
-            if PROBE_SINGLE_PASS:  # a rank that runs its split in one pass runs a probe's count in one too
-                passes = [n if m >= c else p for m, c, n, p in zip(micro, counts, split, passes, strict=True)]
-            elif PROBE_EVEN_PASSES:
-                passes = [max(d for d in range(1, min(m, n) + 1) if n % d == 0) for m, n in zip(micro, split, strict=True)]
+        for index, split in enumerate([*probe, *[counts] * STEPS_PER_PHASE]):
+            passes = list(micro) if index >= len(probe) else self.probe_passes(counts, micro, split)
             timing = self.world.step(split, caps_w, step=self.step, micro_batches=passes)
             for rank, key in enumerate(self.keys):
                 comm = timing.step_s - timing.compute_s[rank] - timing.data_wait_s[rank]
@@ -248,6 +243,18 @@ class Job:
             self.step += 1
         self.hub.tick()
         return {"measured_step_s": statistics.median(steps[-MEDIAN_WINDOW:]), "probe_steps": len(probe)}
+
+    def probe_passes(self, counts: Sequence[int], micro: Sequence[int], split: Sequence[int]) -> list[int]:
+        """Each rank's micro-batch in a probe's step: as gpumix.agent.probe_schedule.probe_micro_batch lays
+        it out (the peak at its micro-batch from the world's memory model), or a variant's layout."""
+        if PROBE_PASSES == "loop":  # the loop's: passes of the split's micro-batch, the last shorter
+            return [min(m, n) for m, n in zip(micro, split, strict=True)]
+        if PROBE_PASSES == "single":  # a rank that runs its split in one pass runs a probe's count in one
+            return [n if m >= c else min(m, n) for m, c, n in zip(micro, counts, split, strict=True)]
+        if PROBE_PASSES == "even":  # the largest divisor of the count within the split's micro-batch
+            return [max(d for d in range(1, min(m, n) + 1) if n % d == 0) for m, n in zip(micro, split, strict=True)]
+        return [probe_micro_batch(n, m, job_model.memory_used_bytes(m), self.rig.gpus[r].model.mem_gib * 1024**3)
+                for r, (m, n) in enumerate(zip(micro, split, strict=True))]
 
 
 def equal_split(rig: Rig, per_rank: int) -> tuple[list[int], list[int]]:
@@ -431,16 +438,15 @@ def main() -> None:
     parser.add_argument("--profile-share", type=float, default=DEFAULT_STEP_SHARE)
     parser.add_argument("--probe", action="store_true",
                         help="a stair probe (gpumix.agent.probe_schedule) in the first launch, before the first look")
-    parser.add_argument("--probe-single-pass", action="store_true",
-                        help="a rank whose split runs in one pass runs its probe counts in one (memory permitting)")
-    parser.add_argument("--probe-even-passes", action="store_true",
-                        help="a probe's count in passes of its largest divisor within the micro-batch")
+    parser.add_argument("--probe-passes", choices=("product", "loop", "single", "even"), default="product",
+                        help="a probe count's passes: probe_micro_batch's (product), the split's micro-batch with a"
+                             " short last pass (loop), one pass where the split runs in one (single), or the largest"
+                             " divisor within the split's micro-batch (even)")
     parser.add_argument("--world-pass-s", type=float, default=world_module.PASS_OVERHEAD_S,
                         help="the world's cost of a pass (the planner's prior stays): how it fares when they differ")
     args = parser.parse_args()
     globals()["PROFILE_STEPS"], globals()["PROFILE_SHARE"] = args.profile_steps, args.profile_share
-    globals()["PROBE"], globals()["PROBE_SINGLE_PASS"] = args.probe, args.probe_single_pass
-    globals()["PROBE_EVEN_PASSES"] = args.probe_even_passes
+    globals()["PROBE"], globals()["PROBE_PASSES"] = args.probe, args.probe_passes
     world_module.PASS_OVERHEAD_S = args.world_pass_s
     globals()["GRANULARITY"] = args.granularity  # the split's unit everywhere in this run
     results = []

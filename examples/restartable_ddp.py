@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 import gpumix.agent
 from gpumix.agent.batch_split import GlobalBatchSampler, loss_weight, split_micro_batches
 from gpumix.agent.ddp import compute_apart, watch_ddp
-from gpumix.agent.probe_schedule import probe_steps
+from gpumix.agent.probe_schedule import probe_micro_batch, probe_steps
 from gpumix.wire.plan_file import RunPlan
 
 
@@ -112,7 +112,12 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
         probe's step (every rank's): its compute timed apart from the all-reduce (compute_apart)."""
         with agent.step(samples=len(indices)) as record:
             optimizer.zero_grad(set_to_none=True)
-            micro_batches = list(split_micro_batches(indices, share.micro_batch))
+            micro = share.micro_batch
+            if probing:  # a probe's count: in one pass where the memory allows, else in even passes
+                peak, total = (torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory) \
+                    if cuda else (None, None)
+                micro = probe_micro_batch(len(indices), share.micro_batch, peak, total)
+            micro_batches = list(split_micro_batches(indices, micro))
             with compute_apart(ddp, record) if probing else contextlib.nullcontext():
                 total = passes(micro_batches, len(indices))
             optimizer.step()

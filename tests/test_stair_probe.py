@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpumix.agent.batch_split import GlobalBatchSampler
-from gpumix.agent.probe_schedule import probe_splits, probe_steps
+from gpumix.agent.probe_schedule import probe_micro_batch, probe_splits, probe_steps
 from gpumix.hub import Hub
 from gpumix.hub.count_runs import MIN_STEPS, SETTLE_STEPS
 from gpumix.hub.ranks import POINTS_KEPT, parse_hello, parse_step
@@ -67,6 +67,19 @@ def test_the_sampler_trains_every_sample_once_an_epoch_through_a_probe() -> None
             assert len(probed[rank]) == sum(len(s) for s in per_rank[rank]) == len(list(probed[rank]))
     resumed = GlobalBatchSampler.resumed(dataset, counts, 1, 9, seed=3, step_splits=schedule)
     assert list(resumed.steps()) == [list(GlobalBatchSampler(dataset, counts, 1, seed=3).steps())[9]]
+
+
+def test_a_probe_count_runs_in_one_pass_where_it_fits_else_in_even_passes_no_larger_than_now() -> None:
+    gib = 1024**3
+    assert probe_micro_batch(56, 64) == 56  # under the split's micro-batch: one pass
+    assert probe_micro_batch(72, 64, 10 * gib, 24 * gib) == 72  # 11.25 GiB of 24: fits
+    assert probe_micro_batch(72, 64, 20 * gib, 24 * gib) == 36  # 22.5 GiB of 24: over 90 %, two of 36
+    assert probe_micro_batch(72, 64) == 36  # memory unknown (a CPU): even passes
+    assert probe_micro_batch(68, 32) == 17  # four of 17, not 32 + 32 + 4
+    assert probe_micro_batch(67, 32) == 32  # a prime count: 32 + 32 + 3, not 67 passes of one
+    for n in range(41, 200):  # never a pass over the split's micro-batch, never over twice its passes
+        m = probe_micro_batch(n, 40)
+        assert m <= 40 and -(-n // m) <= 2 * -(-n // 40), (n, m)
 
 
 @pytest.mark.parametrize("split", [[8, 12], [8, 12, 5], [0, 20, 4], [10, 10, 4, 0]])
