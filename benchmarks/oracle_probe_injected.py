@@ -9,7 +9,10 @@ global batch kept. `oracle_replan.py --probe` runs the product's probe instead (
 through the hub's count runs).
 
     PYTHONPATH=TREE python -P benchmarks/oracle_probe_injected.py --offsets=-2,-1,1,2 --granularity 4 \
-        [--seed N --no-shipped] --out OUT.json
+        [--seed N --no-shipped] [--unflagged] --out OUT.json
+
+--unflagged: the points carry no "probe" mark, so the planner judges its curves' error by them as by
+earlier splits' (plan.prediction.hindsight_error before session 23).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from gpumix.sim.world import jitter  # noqa: E402
 
 REPEATS = 5
 OFFSETS = (-2, -1, 1, 2)
+UNFLAGGED = False
 _run = oracle_replan.Job.run
 
 
@@ -50,16 +54,19 @@ def run_then_probe(job: oracle_replan.Job, counts: Sequence[int], micro: Sequenc
             streams[rank].points.append({
                 "samples": n, "compute_s": statistics.median(computes), "compute_spread_s": computes[3] - computes[1],
                 "micro_batch": m, "mem_peak_bytes": job_model.memory_used_bytes(m), "t": job.clock.now_s,
-                "probe": True})
+                **({} if UNFLAGGED else {"probe": True})})
     job.hub.tick()  # the snapshot the first look reads is the tick's
     return result
 
 
 def main() -> None:
-    global OFFSETS
+    global OFFSETS, UNFLAGGED
     for argument in list(sys.argv[1:]):
         if argument.startswith("--offsets="):
             OFFSETS = tuple(int(j) for j in argument.split("=", 1)[1].split(","))
+            sys.argv.remove(argument)
+        elif argument == "--unflagged":
+            UNFLAGGED = True
             sys.argv.remove(argument)
     oracle_replan.Job.run = run_then_probe  # type: ignore[method-assign]
     oracle_replan.main()
