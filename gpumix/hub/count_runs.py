@@ -45,7 +45,7 @@ def follow(run: CountRun | None, steps: list[dict[str, Any]], points: list[dict[
                 _leave_point(run, points, kept, now_s)
             run = CountRun(samples, step.get("micro_batch"))
         run.seen += 1
-        if run.seen <= SETTLE_STEPS or len(run.computes_s) >= MAX_STEPS:
+        if run.seen <= SETTLE_STEPS or run.seen > SETTLE_STEPS + MAX_STEPS:  # (no call a step: issue 13)
             continue
         run.computes_s.append(max(0.0, step["step_time_s"] - (step.get("comm_s") or 0.0) - (step.get("data_wait_s") or 0.0)))
         peak = step.get("mem_peak_bytes")
