@@ -6,14 +6,17 @@ errors and median shares.
     python benchmarks/oracle_variant_compare.py --before 'benchmarks/results/oracle_replan_{g}{seed}_after_s22_2026-12-07.json.gz' \
         --after OUT_DIR --variant "what changed" --out benchmarks/results/oracle_replan_variant_NAME.json
 
---before is a pattern: {g} the granularity's name (g4, g16), {seed} "_seedN" or "" for the shipped set.
+--before is a pattern: {g} the granularity's name (g4, g16), {seed} "_seedN" or "" for the shipped set;
+--after a folder of SPEC.json[.gz] (g4, g4_29, ...) or such a pattern.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import gzip
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -29,6 +32,20 @@ def load(path: Path) -> dict[str, Any]:
         return json.load(f)
 
 
+def after_files(after: str) -> list[tuple[str, Path]]:
+    """(spec, path) of each set the --after folder or pattern holds, by spec."""
+    if "{" not in after:
+        folder = Path(after)
+        return sorted((p.name.split(".")[0], p) for p in [*folder.glob("*.json"), *folder.glob("*.json.gz")])
+    shape = re.compile(re.escape(after).replace(r"\{g\}", r"(g\d+)").replace(r"\{seed\}", r"(?:_seed(\d+))?") + "$")
+    found = []
+    for path in glob.glob(after.format(g="g*", seed="*")) + glob.glob(after.format(g="g*", seed="")):
+        match = shape.match(path)
+        if match:
+            found.append((match[1] + (f"_{match[2]}" if match[2] else ""), Path(path)))
+    return sorted(set(found))
+
+
 def set_figures(rigs: list[dict[str, Any]]) -> dict[str, Any]:
     worth = [r["gain_share_of_oracle"] for r in rigs if r["oracle_gain"] >= WORTH]
     errors = [p["prediction_error"] for r in rigs for p in r["plans"] if "prediction_error" in p]
@@ -40,14 +57,15 @@ def set_figures(rigs: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", required=True)
-    parser.add_argument("--after", required=True, type=Path)
+    parser.add_argument("--after", required=True)
     parser.add_argument("--variant", required=True)
+    parser.add_argument("--runs", default="", help="the command that made the --after sets, for the record")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     sets: dict[str, Any] = {}
     better, worse, under = [], [], {"before": [], "after": []}
-    for after_path in sorted([*args.after.glob("*.json"), *args.after.glob("*.json.gz")]):
-        spec = after_path.name.split(".")[0]
+    shares: dict[str, list[float]] = {"before": [], "after": []}
+    for spec, after_path in after_files(args.after):
         g, _, seed = spec.partition("_")
         before_rigs = {r["rig"]: r for r in load(Path(args.before.format(g=g, seed=f"_seed{seed}" if seed else "")))["rigs"]}
         after_rigs = load(after_path)["rigs"]
@@ -57,6 +75,8 @@ def main() -> None:
                 continue
             label = f"{spec} {rig['rig']}"
             was, now = old["gain_share_of_oracle"], rig["gain_share_of_oracle"]
+            shares["before"].append(was)
+            shares["after"].append(now)
             if was < GOAL_WORST:
                 under["before"].append(f"{label} {was:.1%}")
             if now < GOAL_WORST:
@@ -69,8 +89,10 @@ def main() -> None:
     met = {side: sum(1 for s in sets.values() if s[side]["worst"] is None or s[side]["worst"] >= GOAL_WORST)
            for side in ("before", "after")}
     result = {
-        "variant": args.variant, "command": " ".join(["python", *sys.argv]), "sets": len(sets),
+        "variant": args.variant, "runs": args.runs, "command": " ".join(["python", *sys.argv]), "sets": len(sets),
         "sets_whose_worst_is_at_least_85pct": met,
+        "goal_rigs": len(shares["after"]),
+        "mean_share_of_goal_rigs": {side: statistics.mean(values) for side, values in shares.items()},
         "rigs_under_85pct": {side: len(rigs) for side, rigs in under.items()},
         "rigs_under_85pct_listed": under,
         "rigs_better_by_a_point": len(better), "rigs_worse_by_a_point": len(worse),
