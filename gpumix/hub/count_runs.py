@@ -59,8 +59,8 @@ def _leave_point(run: CountRun, points: list[dict[str, Any]], kept: int, now_s: 
         return
     # the median of each step's own compute, not a rank row's medians' difference (docs/hub.md, session
     # 12): over a few steps whose slowest rank changes, step and comm medians come from different steps
-    # (in the oracle's world that read a 4090's 120 samples 4 % slow, its 124 1 % fast, and the probe
-    # lost rigs: docs/planner.md, session 23); a probe step's comm is its own (agent.ddp.compute_apart)
+    # (with them the probe lost rigs in the oracle's world: docs/planner.md, session 23); a probe step's
+    # comm is its own (agent.ddp.compute_apart)
     compute_s = window_median(list(run.computes_s)) or 0.0
     if compute_s <= 0.0:
         return
