@@ -217,8 +217,7 @@ class Job:
             probe: Sequence[Sequence[int]] = ()) -> dict[str, Any]:
         """A (re)launch: one process per rank at this split, STEPS_PER_PHASE steps from the world, as
         the agent reports them (step, comm and data wait per rank). The old processes are gone. `probe`:
-        a stair probe's splits, one a step, run first (each rank's loop cuts a step into passes of its
-        micro-batch, the last shorter: gpumix.agent.batch_split.split_micro_batches)."""
+        a stair probe's splits, one a step, run first, each rank's passes as probe_passes lays them out."""
         for key in self.keys or []:
             self.hub.agent_gone(key)
         uuids = [g.uuid for g in self.rig.gpus]

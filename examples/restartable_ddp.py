@@ -114,9 +114,9 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
             optimizer.zero_grad(set_to_none=True)
             micro = share.micro_batch
             if probing:  # a probe's count: in one pass where the memory allows, else in even passes
-                peak, total = (torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory) \
-                    if cuda else (None, None)
-                micro = probe_micro_batch(len(indices), share.micro_batch, peak, total)
+                peak_bytes, gpu_bytes = (torch.cuda.max_memory_allocated(device),
+                                         torch.cuda.get_device_properties(device).total_memory) if cuda else (None, None)
+                micro = probe_micro_batch(len(indices), share.micro_batch, peak_bytes, gpu_bytes)
             micro_batches = list(split_micro_batches(indices, micro))
             with compute_apart(ddp, record) if probing else contextlib.nullcontext():
                 total = passes(micro_batches, len(indices))
