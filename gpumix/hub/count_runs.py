@@ -61,9 +61,15 @@ def _leave_point(run: CountRun, points: list[dict[str, Any]], kept: int, now_s: 
     # 12): over a few steps whose slowest rank changes, step and comm medians come from different steps
     # (with them the probe lost rigs in the oracle's world: docs/planner.md, session 23); a probe step's
     # comm is its own (agent.ddp.compute_apart)
-    compute_s = window_median(list(run.computes_s)) or 0.0
+    compute_s = window_median(run.computes_s) or 0.0
     if compute_s <= 0.0:
         return
-    points[:] = [p for p in points if p["samples"] != run.samples][-(kept - 1):] if kept > 1 else []
-    points.append({"samples": run.samples, "compute_s": compute_s, "compute_spread_s": window_spread(run.computes_s),
-                   "micro_batch": run.micro_batch, "mem_peak_bytes": run.mem_peak_bytes, "t": now_s, "probe": True})
+    put_point(points, {"samples": run.samples, "compute_s": compute_s, "compute_spread_s": window_spread(run.computes_s),
+                       "micro_batch": run.micro_batch, "mem_peak_bytes": run.mem_peak_bytes, "t": now_s, "probe": True},
+              kept)
+
+
+def put_point(points: list[dict[str, Any]], point: dict[str, Any], kept: int) -> None:
+    """File a rank's point: it replaces one at the same count, and the newest `kept` stay (a probe's run
+    here; a restart's operating point in ranks.carry_points)."""
+    points[:] = [*(p for p in points if p["samples"] != point["samples"]), point][-kept:]

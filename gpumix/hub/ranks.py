@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from gpumix.hub.count_runs import CountRun
+from gpumix.hub.count_runs import CountRun, put_point
 from gpumix.hub.step_window import compute_spread_s, skipped_share, window_median
 from gpumix.wire.jobs import job_label, ranks_by_job
 from gpumix.wire.protocol import ProtocolError, integer, number, text
@@ -273,10 +273,10 @@ def carry_points(old: RankStream, new: RankStream, now_s: float) -> None:
     A point at the same split replaces the older one."""
     if old.gpu_uuid != new.gpu_uuid:
         return
+    new.points = [p for p in old.points if now_s - p["t"] <= POINT_MAX_AGE_S]
     point = operating_point(old, now_s)
-    kept = [p for p in old.points if now_s - p["t"] <= POINT_MAX_AGE_S
-            and (point is None or p["samples"] != point["samples"])]
-    new.points = ([*kept, point] if point else kept)[-POINTS_KEPT:]
+    if point:
+        put_point(new.points, point, POINTS_KEPT)
 
 
 def points_view(stream: RankStream, now_s: float) -> list[dict[str, Any]]:
