@@ -93,10 +93,6 @@ class GlobalBatchSampler:
         """Optimizer steps of the whole run before this sampler's next step."""
         return self.epoch * self.steps_per_epoch + self.start_step
 
-    @property
-    def offset(self) -> int:
-        return sum(self.samples_per_rank[: self.rank])
-
     def split_at(self, step: int) -> list[int]:
         """The split of this epoch's step: a probe's in the run's first steps (step_splits), else n_r's."""
         return self.step_splits[step] if self.epoch == 0 and step < len(self.step_splits) else self.samples_per_rank

@@ -76,7 +76,6 @@ STEPS_PER_PHASE = 3 * MEDIAN_WINDOW  # steps each split runs before it is read
 MODELS = ["rtx3060", "rtx3090", "rtx3090-oc", "rtx4090", "rtx5070ti"]
 EXHAUSTIVE_LIMIT = 200_000
 PROBE = False  # --probe
-PROBE_PASSES = "product"  # --probe-passes
 
 
 class Clock:
@@ -228,7 +227,7 @@ class Job:
                 "rank": rank, "world_size": len(uuids), "job": "bench", "pid": self.pid, "gpu_uuid": uuid})))
         steps = []
         for index, split in enumerate([*probe, *[counts] * STEPS_PER_PHASE]):
-            passes = list(micro) if index >= len(probe) else self.probe_passes(counts, micro, split)
+            passes = list(micro) if index >= len(probe) else self.probe_passes(micro, split)
             timing = self.world.step(split, caps_w, step=self.step, micro_batches=passes)
             for rank, key in enumerate(self.keys):
                 comm = timing.step_s - timing.compute_s[rank] - timing.data_wait_s[rank]
@@ -243,15 +242,10 @@ class Job:
         self.hub.tick()
         return {"measured_step_s": statistics.median(steps[-MEDIAN_WINDOW:]), "probe_steps": len(probe)}
 
-    def probe_passes(self, counts: Sequence[int], micro: Sequence[int], split: Sequence[int]) -> list[int]:
-        """Each rank's micro-batch in a probe's step: as gpumix.agent.probe_schedule.probe_micro_batch lays
-        it out (the peak at its micro-batch from the world's memory model), or a variant's layout."""
-        if PROBE_PASSES == "loop":  # the loop's: passes of the split's micro-batch, the last shorter
-            return [min(m, n) for m, n in zip(micro, split, strict=True)]
-        if PROBE_PASSES == "single":  # a rank that runs its split in one pass runs a probe's count in one
-            return [n if m >= c else min(m, n) for m, c, n in zip(micro, counts, split, strict=True)]
-        if PROBE_PASSES == "even":  # the largest divisor of the count within the split's micro-batch
-            return [max(d for d in range(1, min(m, n) + 1) if n % d == 0) for m, n in zip(micro, split, strict=True)]
+    def probe_passes(self, micro: Sequence[int], split: Sequence[int]) -> list[int]:
+        """Each rank's micro-batch in a probe's step, as gpumix.agent.probe_schedule.probe_micro_batch lays it
+        out (the peak at its micro-batch from the world's memory model). The earlier layouts of
+        docs/planner.md's session 23 are their commits' (`3b420e9`, `b07e2a7`)."""
         return [probe_micro_batch(n, m, job_model.memory_used_bytes(m), self.rig.gpus[r].model.mem_gib * 1024**3)
                 for r, (m, n) in enumerate(zip(micro, split, strict=True))]
 
@@ -437,15 +431,11 @@ def main() -> None:
     parser.add_argument("--profile-share", type=float, default=DEFAULT_STEP_SHARE)
     parser.add_argument("--probe", action="store_true",
                         help="a stair probe (gpumix.agent.probe_schedule) in the first launch, before the first look")
-    parser.add_argument("--probe-passes", choices=("product", "loop", "single", "even"), default="product",
-                        help="a probe count's passes: probe_micro_batch's (product), the split's micro-batch with a"
-                             " short last pass (loop), one pass where the split runs in one (single), or the largest"
-                             " divisor within the split's micro-batch (even)")
     parser.add_argument("--world-pass-s", type=float, default=world_module.PASS_OVERHEAD_S,
                         help="the world's cost of a pass (the planner's prior stays): how it fares when they differ")
     args = parser.parse_args()
     globals()["PROFILE_STEPS"], globals()["PROFILE_SHARE"] = args.profile_steps, args.profile_share
-    globals()["PROBE"], globals()["PROBE_PASSES"] = args.probe, args.probe_passes
+    globals()["PROBE"] = args.probe
     world_module.PASS_OVERHEAD_S = args.world_pass_s
     globals()["GRANULARITY"] = args.granularity  # the split's unit everywhere in this run
     results = []
