@@ -26,6 +26,12 @@ def set_name(data: dict[str, Any]) -> str:
     return f"g{data['granularity']}_{data['seed']}"
 
 
+def load_set(path: str | Path) -> dict[str, Any]:
+    """A set's file as oracle_replan.py wrote it, or gzipped (session 22's: the repository travels to the device)."""
+    raw = Path(path).read_bytes()
+    return json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+
+
 def summarize(paths: list[str]) -> dict[str, Any]:
     shares: list[float] = []
     under: list[str] = []
@@ -33,8 +39,7 @@ def summarize(paths: list[str]) -> dict[str, Any]:
     restarts: list[int] = []
     errors: list[float] = []
     for path in sorted(paths):
-        # a set's file as oracle_replan.py wrote it, or gzipped (session 22's: the repository travels to the device)
-        data = json.loads(gzip.decompress(Path(path).read_bytes()) if path.endswith(".gz") else Path(path).read_text())
+        data = load_set(path)
         name = set_name(data)
         worth = [rig for rig in data["rigs"] if rig["oracle_gain"] >= WORTH_GAIN]
         shares += [rig["gain_share_of_oracle"] for rig in worth]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import json
 import re
 import statistics
@@ -22,14 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-WORTH = 0.05  # the rigs the goal is about: the oracle gains at least auto re-plan's 5 %
-GOAL_WORST = 0.85
-
-
-def load(path: Path) -> dict[str, Any]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return json.load(f)
+from oracle_sets_summary import GOAL_WORST, WORTH_GAIN, load_set  # beside this file
 
 
 def after_files(after: str) -> list[tuple[str, Path]]:
@@ -47,7 +39,7 @@ def after_files(after: str) -> list[tuple[str, Path]]:
 
 
 def set_figures(rigs: list[dict[str, Any]]) -> dict[str, Any]:
-    worth = [r["gain_share_of_oracle"] for r in rigs if r["oracle_gain"] >= WORTH]
+    worth = [r["gain_share_of_oracle"] for r in rigs if r["oracle_gain"] >= WORTH_GAIN]
     errors = [p["prediction_error"] for r in rigs for p in r["plans"] if "prediction_error" in p]
     return {"worst": min(worth) if worth else None, "median": statistics.median(worth) if worth else None,
             "error_median": statistics.median(errors) if errors else None,
@@ -67,11 +59,11 @@ def main() -> None:
     shares: dict[str, list[float]] = {"before": [], "after": []}
     for spec, after_path in after_files(args.after):
         g, _, seed = spec.partition("_")
-        before_rigs = {r["rig"]: r for r in load(Path(args.before.format(g=g, seed=f"_seed{seed}" if seed else "")))["rigs"]}
-        after_rigs = load(after_path)["rigs"]
+        before_rigs = {r["rig"]: r for r in load_set(args.before.format(g=g, seed=f"_seed{seed}" if seed else ""))["rigs"]}
+        after_rigs = load_set(after_path)["rigs"]
         for rig in after_rigs:
             old = before_rigs[rig["rig"]]
-            if old["oracle_gain"] < WORTH:
+            if old["oracle_gain"] < WORTH_GAIN:
                 continue
             label = f"{spec} {rig['rig']}"
             was, now = old["gain_share_of_oracle"], rig["gain_share_of_oracle"]
