@@ -7,12 +7,17 @@ a point: gpumix/hub/count_runs.py). Ranks pair up and trade samples, one taking 
 so every step still trains the whole global batch: the sampler cuts the same global batches, only
 at other places between the ranks, and a step's loss weights follow its own counts (n_r x R / B).
 
-Standard library only; nothing here imports torch.
+`gpumix run --stair-probe` asks for one through the first launch's environment (requested_probe_steps);
+a script may also run one of its own accord. Standard library only; nothing here imports torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from gpumix.wire.plan_file import STAIR_PROBE_ENV
 
 OFFSETS = (1, 2)  # granules each way: the oracle's sets gained most from +-1 and +-2 (docs/planner.md, session 23)
 STEPS_PER_SPLIT = 6  # the hub leaves a run's first step out and needs four after it (count_runs)
@@ -47,6 +52,24 @@ def probe_steps(samples_per_rank: Sequence[int], granularity: int, steps_per_spl
                 offsets: Sequence[int] = OFFSETS) -> list[list[int]]:
     """The probe step by step: each of probe_splits' splits steps_per_split times."""
     return [split for split in probe_splits(samples_per_rank, granularity, offsets) for _ in range(steps_per_split)]
+
+
+MAX_GRANULE = 65_536  # samples: what `gpumix run --granularity` takes at most
+
+
+def requested_probe_steps(samples_per_rank: Sequence[int], env: Mapping[str, str] = os.environ) -> list[list[int]]:
+    """probe_steps' splits where `gpumix run --stair-probe` asked this launch for a probe (STAIR_PROBE_ENV:
+    its granule; set on the first launch only, so a resumed run never probes again), else none. A value
+    that is not a granule gets one line on stderr and no probe: training goes on as it would without."""
+    value = env.get(STAIR_PROBE_ENV)
+    if value is None:
+        return []
+    granule = int(value) if value.isascii() and value.isdigit() and len(value) <= 6 else 0  # "²" is a digit
+    if not 1 <= granule <= MAX_GRANULE:
+        print(f"gpumix: {STAIR_PROBE_ENV}={value[:40]!r} is not a granule of 1-{MAX_GRANULE} samples: no stair probe",
+              file=sys.stderr)
+        return []
+    return probe_steps(samples_per_rank, granule)
 
 
 MEMORY_MARGIN = 0.10  # of the GPU's memory left free, as the planner's micro-batch cap leaves it

@@ -49,7 +49,7 @@ class RestartControl:
     @property
     def resume_step(self) -> int:
         value = os.environ.get(RESUME_STEP_ENV, "0")
-        return int(value) if value.isdigit() else 0
+        return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else 0  # "²" is a digit
 
     def _stop_request(self) -> dict | None:
         if self.folder is None:

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 import gpumix.agent
 from gpumix.agent.batch_split import GlobalBatchSampler, loss_weight, split_micro_batches
 from gpumix.agent.ddp import compute_apart, watch_ddp
-from gpumix.agent.probe_schedule import probe_micro_batch, probe_steps
+from gpumix.agent.probe_schedule import probe_micro_batch, probe_steps, requested_probe_steps
 from gpumix.wire.plan_file import RunPlan
 
 
@@ -143,8 +143,13 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
 
     # resume_step counts optimizer steps over the whole run: the sampler turns it into the epoch
     # and the step within it (the global batch never changes across restarts)
-    # a first launch with --stair-probe runs the probe's steps before the split's own
-    probe = probe_steps(plan.samples_per_rank, args.stair_probe) if args.stair_probe and not start else []
+    # a first launch with --stair-probe, or under `gpumix run --stair-probe`, runs the probe's steps first
+    if start:
+        probe: list[list[int]] = []
+    elif args.stair_probe:
+        probe = probe_steps(plan.samples_per_rank, args.stair_probe)
+    else:
+        probe = requested_probe_steps(plan.samples_per_rank)
     sampler = GlobalBatchSampler.resumed(args.dataset, plan.samples_per_rank, rank, start, seed=7, step_splits=probe)
     step = start
     stopped = False

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,8 +46,9 @@ def command(tmp_path: Path, *extra: str) -> list[str]:
             str(ROOT / "examples" / "restartable_ddp.py"), "--steps", str(STEPS), "--dataset", "2400", *extra]
 
 
-def supervise(tmp_path: Path, socket_path: str, job_command: list[str]) -> tuple[Supervisor, dict]:
-    supervisor = Supervisor(job_command, "t", hub=socket_path, control_dir=tmp_path / "control", say=lambda _: None)
+def supervise(tmp_path: Path, socket_path: str, job_command: list[str], **options: Any) -> tuple[Supervisor, dict]:
+    supervisor = Supervisor(job_command, "t", hub=socket_path, control_dir=tmp_path / "control", say=lambda _: None,
+                            **options)
     outcome: dict = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("code", supervisor.run()), daemon=True)
     thread.start()
@@ -318,8 +320,9 @@ def test_deepspeed_apply_hands_each_rank_its_config_with_one_accumulation(hub_so
 
 @pytest.mark.slow
 def test_a_stair_probe_trains_the_same_global_batches_and_the_hub_keeps_its_points(tmp_path: Path, hub_socket) -> None:
-    """`--stair-probe 2` on 3 ranks of 8: the first 48 steps run the probe's splits (each rank at 8 +- 2 and
-    +- 4), every step still trains its global batch, the parameters end as the equal split's, and the hub,
+    """`gpumix run --granularity 2 --stair-probe` on 3 ranks of 8: the script takes the request from its
+    environment (requested_probe_steps), so the first 48 steps run the probe's splits (each rank at 8 +- 2
+    and +- 4), every step still trains its global batch, the parameters end as the equal split's, and the hub,
     fed by the real agents, keeps a point marked "probe" at each count each rank ran. Rank 0 sleeps 3 ms a
     sample: its points are its sleep's, and rank 1's are its own compute, not the wait for rank 0 that
     DDP's sampled timers would leave in them (gpumix.agent.ddp.compute_apart)."""
@@ -327,8 +330,8 @@ def test_a_stair_probe_trains_the_same_global_batches_and_the_hub_keeps_its_poin
     run_reference(tmp_path)
     (tmp_path / "trace").mkdir()
     supervisor, outcome = supervise(tmp_path, socket_path, command(
-        tmp_path, "--stair-probe", "2", "--slow-rank", "0", "--slow-s-per-sample", "0.003",
-        "--trace", str(tmp_path / "trace"), "--checkpoint", str(tmp_path / "ckpt.pt"), "--final", str(tmp_path / "final.pt")))
+        tmp_path, "--slow-rank", "0", "--slow-s-per-sample", "0.003", "--trace", str(tmp_path / "trace"),
+        "--checkpoint", str(tmp_path / "ckpt.pt"), "--final", str(tmp_path / "final.pt")), granularity=2, stair_probe=True)
     outcome["thread"].join(timeout=240)
     assert outcome.get("code") == 0, supervisor.message
 

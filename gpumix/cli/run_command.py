@@ -24,7 +24,7 @@ PROG = "gpumix"
 def add_run_parser(commands: Any) -> None:
     run = commands.add_parser("run", help="supervise a training job; restart it under a new plan on request",
                               usage="gpumix run [--job NAME] [--plan FILE] [--hub PATH] [--granularity N]"
-                                    " [--auto-replan] -- COMMAND ...")
+                                    " [--auto-replan] [--stair-probe] -- COMMAND ...")
     run.add_argument("--job", help="the job's name (default: the script's name)")
     run.add_argument("--plan", metavar="FILE", help="start with this plan (JSON from `gpumix plan --json`)")
     run.add_argument("--hub", metavar="PATH", help="the hub's socket (default: $GPUMIX_HUB or the runtime dir)")
@@ -32,6 +32,10 @@ def add_run_parser(commands: Any) -> None:
                      help="re-plans give each rank a multiple of N samples (e.g. 64: GPUs compute whole tiles)")
     run.add_argument("--auto-replan", action="store_true",
                      help="re-plan and restart by itself when a split is predicted faster (never leaves ranks out)")
+    run.add_argument("--stair-probe", action="store_true",
+                     help="ask the first launch for a stair probe: a few steps at counts +-1 and +-2 granules"
+                          " (--granularity) near each rank's, so the first re-plan sees where the GPUs' stairs are"
+                          " (the script runs it: gpumix.agent.probe_schedule.requested_probe_steps)")
     run.add_argument("--auto-replan-min-speedup", type=at_most(positive_float, 100.0), default=1.05, metavar="X",
                      help="the predicted speedup an automatic re-plan needs (default 1.05; a plan that"
                           " interpolates between measured splits needs 60%% of the gain: 1.03)")
@@ -59,7 +63,8 @@ def run_supervised(args: argparse.Namespace) -> int:
     supervisor = Supervisor(command, job, hub=args.hub or default_hub_address(), plan=plan,
                             say=stderr_line, granularity=args.granularity,
                             auto_replan=AutoReplan(args.auto_replan_min_speedup, args.auto_replan_max)
-                            if args.auto_replan else None, kill_grace_s=args.kill_grace)
+                            if args.auto_replan else None, kill_grace_s=args.kill_grace,
+                            stair_probe=args.stair_probe)
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop())
     try:

@@ -35,7 +35,14 @@ from gpumix.run import restart
 from gpumix.run.auto_replan import AutoReplan, announcement
 from gpumix.run.job_process import KILL_GRACE_S, JobProcess
 from gpumix.wire.paths import runtime_dir
-from gpumix.wire.plan_file import CONTROL_DIR_ENV, PLAN_ENV, RESUME_STEP_ENV, RunPlan, write_json
+from gpumix.wire.plan_file import (
+    CONTROL_DIR_ENV,
+    PLAN_ENV,
+    RESUME_STEP_ENV,
+    STAIR_PROBE_ENV,
+    RunPlan,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -48,8 +55,9 @@ class Supervisor:
     def __init__(self, command: list[str], job: str, hub: str | None, plan: RunPlan | None = None,
                  control_dir: Path | None = None, say: Callable[[str], None] = print, granularity: int = 1,
                  world_from_plan: bool = False, auto_replan: AutoReplan | None = None,
-                 kill_grace_s: float = KILL_GRACE_S) -> None:
+                 kill_grace_s: float = KILL_GRACE_S, stair_probe: bool = False) -> None:
         self.command = command
+        self.stair_probe = stair_probe  # `--stair-probe`: the first launch probes counts near its split
         self.auto_replan = auto_replan  # `--auto-replan`: restart into a plan that pays, unasked
         # the job reads its rank count from the plan (the demo), so a plan with fewer ranks needs no new command
         self.world_from_plan = world_from_plan
@@ -79,6 +87,9 @@ class Supervisor:
             plan_path = self.folder / f"plan-{self.plan.plan_id or 'initial'}.json"
             write_json(plan_path, self.plan.to_json())
             env[PLAN_ENV] = str(plan_path)
+        env.pop(STAIR_PROBE_ENV, None)  # ours alone: a relaunch never probes again
+        if self.stair_probe and self.restarts == 0:
+            env[STAIR_PROBE_ENV] = str(self.granularity)
         if self.client is not None:
             env["GPUMIX_HUB"] = self.client.socket_path
         if self.visible_gpus is not None:  # the kept GPUs, by UUID, in rank order

@@ -20,6 +20,7 @@ from typing import Any
 PLAN_ENV = "GPUMIX_PLAN"  # path of this run's plan file
 CONTROL_DIR_ENV = "GPUMIX_CONTROL_DIR"
 RESUME_STEP_ENV = "GPUMIX_RESUME_STEP"  # optimizer steps already done (0: a fresh start)
+STAIR_PROBE_ENV = "GPUMIX_STAIR_PROBE"  # `gpumix run --stair-probe`: the probe's granule, first launch only
 MAX_PATH_CHARS = 4096  # PATH_MAX: a config path in a plan is at most this long
 
 
