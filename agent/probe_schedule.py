@@ -20,7 +20,10 @@ from collections.abc import Mapping, Sequence
 from gpumix.wire.plan_file import STAIR_PROBE_ENV
 
 OFFSETS = (1, 2)  # granules each way: the oracle's sets gained most from +-1 and +-2 (docs/planner.md, session 23)
-STEPS_PER_SPLIT = 6  # the hub leaves a run's first step out and needs four after it (count_runs)
+# The hub leaves a run's first step out (count_runs); the 10 after it make a point as noisy as a split's
+# (the median of MEDIAN_WINDOW steps). With 5, the oracle's world read probed stairs as noise: 16 rigs
+# under 85 % of the oracle's gain, against 5 with 10 (docs/planner.md, session 24).
+STEPS_PER_SPLIT = 11
 
 
 def probe_splits(samples_per_rank: Sequence[int], granularity: int,

@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 
 from gpumix.plan.planner import PlanRequest, RankMeasure, plan
-from gpumix.plan.stairs import learned_tile, pass_work, with_stairs
+from gpumix.plan.stairs import fitting_tiles, learned_tile, pass_work, with_stairs
 
 FIXED_S = 0.002  # a step's fixed cost in the stair world below
 PASS_S = 0.005  # each pass's own cost: an H100 paid 5.0-5.4 ms (benchmarks/pass_cost_probe.py)
@@ -139,3 +139,25 @@ def test_a_pair_that_takes_the_same_time_for_less_work_reveals_the_tile() -> Non
     # a pair that grows with its work, less a fixed cost (the step's 40 %, as the time-sliced H200's),
     # shows nothing: 256 in 22.1 ms, 512 in 35.3 ms
     assert learned_tile([(256, 256, 0.0221), (512, 512, 0.0353)], 4) == 4
+
+
+# A 4090 (tiles of 16) probed at 56-72 in one pass each, as the oracle's world measured it (g4 seed 29
+# gen-02, session 24): 60 read 2.4 % fast and 72 2.1 % slow, medians of 5 steps of 2 % noise each
+PROBED_4090 = [(56, 56, 0.10332), (60, 60, 0.10119), (64, 64, 0.10315), (68, 68, 0.12908), (72, 72, 0.13056)]
+
+
+def test_a_probe_s_noisy_counts_on_one_stair_still_show_it() -> None:
+    """Counts one tile pads alike are one work: their time is their median's, so 60's and 72's noise,
+    each within the tolerance of its stair-mates, does not rule the true tile out (checked pair by pair,
+    60 against 72 grew 4 % past their work's growth, and no tile fit)."""
+    assert fitting_tiles(PROBED_4090, 1) == [16]
+    assert learned_tile(PROBED_4090, 1) == 16
+
+
+def test_counts_one_tile_would_pad_alike_but_that_differ_by_a_stair_rule_it_out() -> None:
+    """The same 4090's 64 and 68 in tiles of 64 would be one work; 25 % apart, they rule 64 out, and so
+    does a 3090's 120 and 128 (tiles of 8: 15 and 16 of them, 6.7 % apart) rule out 16."""
+    assert 64 not in fitting_tiles(PROBED_4090, 1)
+    speed = 400.0
+    probed_3090 = [(n, n, stair_s(n, n, 8, speed)) for n in (112, 116, 120, 124, 128)]
+    assert fitting_tiles(probed_3090, 1)[0] == 8 and 16 not in fitting_tiles(probed_3090, 1)

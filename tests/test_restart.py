@@ -321,27 +321,28 @@ def test_deepspeed_apply_hands_each_rank_its_config_with_one_accumulation(hub_so
 @pytest.mark.slow
 def test_a_stair_probe_trains_the_same_global_batches_and_the_hub_keeps_its_points(tmp_path: Path, hub_socket) -> None:
     """`gpumix run --granularity 2 --stair-probe` on 3 ranks of 8: the script takes the request from its
-    environment (requested_probe_steps), so the first 48 steps run the probe's splits (each rank at 8 +- 2
+    environment (requested_probe_steps), so the first 88 steps run the probe's splits (each rank at 8 +- 2
     and +- 4), every step still trains its global batch, the parameters end as the equal split's, and the hub,
     fed by the real agents, keeps a point marked "probe" at each count each rank ran. Rank 0 sleeps 3 ms a
     sample: its points are its sleep's, and rank 1's are its own compute, not the wait for rank 0 that
     DDP's sampled timers would leave in them (gpumix.agent.ddp.compute_apart)."""
     hub, socket_path = hub_socket
-    run_reference(tmp_path)
+    steps = 100  # the probe's 8 splits of 11 steps, then the split's own
+    run_reference(tmp_path, steps)
     (tmp_path / "trace").mkdir()
     supervisor, outcome = supervise(tmp_path, socket_path, command(
-        tmp_path, "--slow-rank", "0", "--slow-s-per-sample", "0.003", "--trace", str(tmp_path / "trace"),
+        tmp_path, "--steps", str(steps), "--slow-rank", "0", "--slow-s-per-sample", "0.003", "--trace", str(tmp_path / "trace"),
         "--checkpoint", str(tmp_path / "ckpt.pt"), "--final", str(tmp_path / "final.pt")), granularity=2, stair_probe=True)
     outcome["thread"].join(timeout=240)
     assert outcome.get("code") == 0, supervisor.message
 
     by_rank = traces(tmp_path / "trace")
     counts = {rank: [len(e["indices"]) for e in entries] for rank, entries in by_rank.items()}
-    assert counts[0][:48] == [10] * 6 + [6] * 6 + [12] * 6 + [4] * 6 + [6] * 6 + [10] * 6 + [4] * 6 + [12] * 6
-    assert counts[2][:48] == [8] * 24 + [10] * 6 + [6] * 6 + [12] * 6 + [4] * 6
-    assert all(counts[rank][48:] == [8] * (STEPS - 48) for rank in range(3))
+    assert counts[0][:88] == [10] * 11 + [6] * 11 + [12] * 11 + [4] * 11 + [6] * 11 + [10] * 11 + [4] * 11 + [12] * 11
+    assert counts[2][:88] == [8] * 44 + [10] * 11 + [6] * 11 + [12] * 11 + [4] * 11
+    assert all(counts[rank][88:] == [8] * (steps - 88) for rank in range(3))
     order = GlobalBatchSampler(2400, [24], 0, seed=7).permutation()
-    for step in range(STEPS):
+    for step in range(steps):
         batch = [i for rank in by_rank.values() for entry in rank if entry["step"] == step for i in entry["indices"]]
         assert sorted(batch) == sorted(order[step * 24:(step + 1) * 24]), step
     assert_final_equals_reference(tmp_path)
