@@ -39,6 +39,17 @@ def test_outside_the_points_it_takes_the_slower_guess() -> None:
     assert math.isclose(steep.time_s(300), 0.050)  # the line beats proportional (0.045)
 
 
+def test_past_the_points_it_follows_their_span_not_one_stair_between_two() -> None:
+    """A probe's points a granule apart, one stair's jump between the last two (BERT-base on an H100:
+    +14 % from 88 to 92 samples): the jump carried over 24 more samples would price 116 at 1.49x the
+    last point; the span's slope prices it as the points' average growth."""
+    curve = ComputeCurve.from_points([(84, 0.1469), (88, 0.1498), (92, 0.1707)])
+    span_slope = (0.1707 - 0.1469) / 8
+    assert math.isclose(curve.time_s(116), 0.1707 + span_slope * 24)
+    assert curve.time_s(116) < 0.1707 + (0.1707 - 0.1498) / 4 * 24 * 0.7
+    assert math.isclose(curve.time_s(72), max(0.1469 - span_slope * 12, 0.1469 * 72 / 84))
+
+
 def test_noise_never_makes_more_samples_faster() -> None:
     curve = ComputeCurve.from_points([(200, 0.030), (300, 0.025), (400, 0.040)])
     times = [curve.time_s(n) for n in range(1, 600, 7)]
