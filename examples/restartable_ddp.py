@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--stair-probe", type=int, default=0, metavar="GRANULARITY",
                         help="a first launch runs a stair probe first: counts +-1 and +-2 granules of this size"
-                             " (gpumix.agent.probe_schedule); 0: none")
+                             " (gpumix.agent.probe_schedule); 0: none unless `gpumix run --stair-probe` asks")
     parser.add_argument("--slow-rank", type=int, help="this rank computes slower, as a weaker GPU would (tests)")
     parser.add_argument("--slow-s-per-sample", type=float, default=0.0, help="the slow rank's extra seconds per sample")
     args = parser.parse_args()

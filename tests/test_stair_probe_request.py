@@ -49,11 +49,16 @@ def test_the_first_launch_alone_carries_the_request(tmp_path: Path, monkeypatch:
     assert STAIR_PROBE_ENV not in supervisor(tmp_path)._environment()
 
 
-def test_a_request_left_in_the_shell_never_reaches_a_relaunch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_left_in_the_shell_reaches_no_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variable is the supervisor's alone: one left in the shell would probe every relaunch."""
     monkeypatch.setenv(STAIR_PROBE_ENV, "4")
-    relaunched = supervisor(tmp_path)
-    relaunched.restarts = 2
-    assert STAIR_PROBE_ENV not in relaunched._environment()
+    unasked = supervisor(tmp_path)
+    assert STAIR_PROBE_ENV not in unasked._environment()
+    unasked.restarts = 2
+    assert STAIR_PROBE_ENV not in unasked._environment()
+    asked = supervisor(tmp_path, stair_probe=True)
+    asked.restarts = 1
+    assert STAIR_PROBE_ENV not in asked._environment()
 
 
 @pytest.mark.parametrize("argv", [["run", "--stair-probe", "--", "python", "t.py"],
