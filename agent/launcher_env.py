@@ -19,11 +19,17 @@ _WORLD_NAMES = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"
 NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 
+def ascii_count(text: str, max_digits: int = 18) -> int | None:
+    """A count written in at most `max_digits` ASCII digits, else None: str.isdigit() also takes "²",
+    which int() refuses, and int() refuses 4,300 digits or more; an environment's text is data."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= max_digits else None
+
+
 def _first_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
     for name in names:
         value = env.get(name)
-        if value is not None and value.strip().isdigit():
-            return int(value)
+        if value is not None and (count := ascii_count(value.strip())) is not None:
+            return count
     return None
 
 
@@ -44,8 +50,8 @@ def physical_gpu(cuda_index: int, env: Mapping[str, str] = os.environ) -> tuple[
     if not 0 <= cuda_index < len(entries):
         return None, None
     entry = entries[cuda_index]
-    if entry.isdigit():
-        return int(entry), None
+    if (index := ascii_count(entry)) is not None:
+        return index, None
     if entry.startswith("GPU-"):
         return None, entry
     return None, None  # MIG-... or another form we do not map

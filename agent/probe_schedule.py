@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from gpumix.agent.launcher_env import ascii_count
 from gpumix.wire.plan_file import STAIR_PROBE_ENV
 
 OFFSETS = (1, 2)  # granules each way: the oracle's sets gained most from +-1 and +-2 (docs/planner.md, session 23)
@@ -67,7 +68,7 @@ def requested_probe_steps(samples_per_rank: Sequence[int], env: Mapping[str, str
     value = env.get(STAIR_PROBE_ENV)
     if value is None:
         return []
-    granule = int(value) if value.isascii() and value.isdigit() and len(value) <= 6 else 0  # "²" is a digit
+    granule = ascii_count(value, max_digits=6) or 0
     if not 1 <= granule <= MAX_GRANULE:
         print(f"gpumix: {STAIR_PROBE_ENV}={value[:40]!r} is not a granule of 1-{MAX_GRANULE} samples: no stair probe",
               file=sys.stderr)

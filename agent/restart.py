@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpumix.agent.launcher_env import ascii_count
 from gpumix.wire.plan_file import (
     CONTROL_DIR_ENV,
     PLAN_ENV,
@@ -49,7 +50,7 @@ class RestartControl:
     @property
     def resume_step(self) -> int:
         value = os.environ.get(RESUME_STEP_ENV, "0")
-        return int(value) if value.isascii() and value.isdigit() and len(value) <= 18 else 0  # "²" is a digit
+        return ascii_count(value) or 0
 
     def _stop_request(self) -> dict | None:
         if self.folder is None:

@@ -51,6 +51,8 @@ def test_rank_from_launchers() -> None:
     assert launcher_env.rank_from_env({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}) == (3, 1, 8)
     assert launcher_env.rank_from_env({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "6"}) == (5, 1, 6)
     assert launcher_env.rank_from_env({}) == (0, None, 1)
+    # text that str.isdigit() takes but int() refuses is not a rank: the next launcher's name is read
+    assert launcher_env.rank_from_env({"RANK": "²", "SLURM_PROCID": "2", "WORLD_SIZE": "1" * 5000}) == (2, None, None)
 
 
 def test_cuda_visible_devices_maps_to_the_physical_gpu() -> None:
@@ -59,6 +61,7 @@ def test_cuda_visible_devices_maps_to_the_physical_gpu() -> None:
     uuid = "GPU-51a1a7ed-0007-0002-00000000d88b"
     assert launcher_env.physical_gpu(0, {"CUDA_VISIBLE_DEVICES": uuid}) == (None, uuid)
     assert launcher_env.physical_gpu(2, {"CUDA_VISIBLE_DEVICES": "0,1"}) == (None, None)
+    assert launcher_env.physical_gpu(0, {"CUDA_VISIBLE_DEVICES": "²"}) == (None, None)
 
 
 def test_nccl_environment_is_collected() -> None:
