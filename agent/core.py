@@ -38,6 +38,7 @@ from gpumix.agent.step_batch import MAX_DEFERRED_STEPS  # noqa: F401  (re-export
 from gpumix.agent.step_record import (  # noqa: F401  (re-exported: the agent's names, as before)
     AMP_FIELDS,
     MEASURED,
+    PASSES,
     RECORD_NUMBERS,
     SETTINGS,
     STEP_HEAD,
@@ -242,8 +243,9 @@ class Agent:
 
     def _shared_fields(self) -> dict[str, Any]:
         """The fields every step collected together carries alike, read once per collection: the
-        settings, the drop count, the allocator's and the process's figures (read once a second)."""
-        shared = {name: getattr(self, name) for name in SETTINGS}
+        settings (PASSES: where a step set none of its own), the drop count, the allocator's and the
+        process's figures (read once a second)."""
+        shared = {name: getattr(self, name) for name in (*SETTINGS, *PASSES)}
         shared["dropped"] = self.dropped
         shared.update(self._figures.gpu_memory())
         shared.update(self._figures.process())

@@ -90,7 +90,9 @@ def frame(agent: Agent, records: list[StepRecord], numbers: dict[str, list[Any]]
             columns["comm_s"] = [read(agent._number("comm_s", agent._comm_seconds(indices[row])))
                                  if value is None else value for row, value in enumerate(column)]
     scales = columns.pop("loss_scale", None)
-    columns.update(agent._shared_fields())
+    for name, value in agent._shared_fields().items():  # a step's own micro-batch (PASSES) wins
+        column = columns.get(name)
+        columns[name] = value if column is None else [value if own is None else own for own in column]
     ends = list(map(_END, records))
     offset_s = agent._wall_offset_s
     columns["t"] = [end + offset_s for end in ends] if None not in ends else \

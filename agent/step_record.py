@@ -18,13 +18,17 @@ from gpumix.wire.snapshot_types import STEP_NUMBER_RANGES
 STEP_HEAD = ("type", "step", "step_time_s")  # the agent, from its clock
 MEASURED = ("t", "data_wait_s", "dropped", "cpu_pct", "rss_bytes",  # the agent, from its clock and counters,
             "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes")  # the process and the allocator
-SETTINGS = ("micro_batch", "accumulation_steps", "gradient_bytes", "dp_devices")  # set once on the agent
+SETTINGS = ("gradient_bytes", "dp_devices")  # set once on the agent
+# Set on the agent, and on a step whose passes differ (a stair probe's count runs in other passes than the
+# split's: agent/probe_schedule.py): the step's own wins. The agent's were read once a send, so a probe's
+# points carried the split's micro-batch, not the passes they ran (issue 16, session 25).
+PASSES = ("micro_batch", "accumulation_steps")
 AMP_FIELDS = ("amp_autocast", "amp_dtype", "amp_skipped_steps")  # watch_amp (AmpWatch.fields)
 
 
 def record_numbers(ranges: dict[str, tuple[float, float]]) -> tuple[str, ...]:
     """The contract's numbers the script sets on its step record (a Python number, numpy scalar or
-    tensor): all but those the agent measures or holds."""
+    tensor): all but those the agent measures or holds (PASSES among them: the agent's where a step sets none)."""
     return tuple(name for name in ranges if name not in MEASURED + SETTINGS + AMP_FIELDS)
 
 
@@ -59,6 +63,8 @@ class StepRecord:
     optimizer_s: Any
     comm_s: Any
     loss_scale: Any
+    micro_batch: Any  # this step's own, where its passes differ from the agent's (a stair probe's)
+    accumulation_steps: Any
     samples: Any
     tokens: Any
     end_s: float | None  # when the step ended (perf_counter s)

@@ -118,6 +118,8 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
                                          torch.cuda.get_device_properties(device).total_memory) if cuda else (None, None)
                 micro = probe_micro_batch(len(indices), share.micro_batch, peak_bytes, gpu_bytes)
             micro_batches = list(split_micro_batches(indices, micro))
+            if probing:  # the passes this step ran, not the split's the agent holds: the hub's point says them
+                record.micro_batch, record.accumulation_steps = micro, len(micro_batches)
             with compute_apart(ddp, record) if probing else contextlib.nullcontext():
                 total = passes(micro_batches, len(indices))
             optimizer.step()

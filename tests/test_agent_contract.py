@@ -13,6 +13,7 @@ from gpumix.agent.core import Agent
 from gpumix.agent.step_ring import StepRing
 from gpumix.hub.ranks import parse_step
 from gpumix.wire.snapshot_types import STEP_NUMBER_RANGES, StepMessage
+from gpumix.wire.step_columns import frame_rows
 from tests.waiting import wait_until
 
 ABSENT = "/nonexistent/gpumix-hub.sock"  # no hub: the sender never collects, the test does
@@ -28,7 +29,7 @@ def test_every_field_of_the_step_contract_has_exactly_one_source() -> None:
     sources = [*core.STEP_HEAD, *core.MEASURED, *core.SETTINGS, *core.AMP_FIELDS, *core.RECORD_NUMBERS]
     assert sorted(sources) == sorted(StepMessage.__annotations__)
     assert set(core.RECORD_NUMBERS) == {"samples", "tokens", "loss", "lr", "forward_s", "backward_s", "optimizer_s",
-                                        "comm_s", "loss_scale"}
+                                        "comm_s", "loss_scale", "micro_batch", "accumulation_steps"}
 
 
 def test_a_number_added_to_the_contract_is_taken_from_the_record_and_sent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,6 +46,26 @@ def test_a_number_added_to_the_contract_is_taken_from_the_record_and_sent(monkey
     finally:
         agent.close(0.1)
     assert message["grad_norm"] == 2.5 and type(message["grad_norm"]) is float
+
+
+def test_a_step_s_own_passes_win_over_the_agent_s_within_one_frame() -> None:
+    """A stair probe's steps run other passes than the split's, all sent in one frame a second: each
+    step carries its own micro-batch, the others the agent's (read once a send, it gave the whole frame
+    the split's: a probe's points carried passes they never ran)."""
+    agent = Agent(ABSENT, job="passes")
+    try:
+        agent.micro_batch, agent.accumulation_steps = 8, 1
+        for own in (None, 5, 6, None, 12):
+            with agent.step(samples=12) as step:
+                if own is not None:
+                    step.micro_batch = own
+                    step.accumulation_steps = 12 // own
+        frame = agent._collect_frame(final=True)
+    finally:
+        agent.close(0.1)
+    rows = frame_rows(frame)
+    assert [row["micro_batch"] for row in rows] == [8, 5, 6, 8, 12]
+    assert [row["accumulation_steps"] for row in rows] == [1, 2, 2, 1, 1]
 
 
 class _Scaler:

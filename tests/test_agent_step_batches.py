@@ -88,7 +88,7 @@ def reference_message(agent: Agent, record: Any, wait: bool, shared: dict[str, A
         comm_s = read(agent._number("comm_s", agent._comm_seconds(record.index)))
         if comm_s is not None:
             message["comm_s"] = comm_s
-    message.update(shared)
+    message.update((name, value) for name, value in shared.items() if name not in message)  # a step's own passes win
     message["t"] = record.end_s + agent._wall_offset_s
     if record.data_wait_s is not None:
         message["data_wait_s"] = record.data_wait_s

@@ -347,8 +347,8 @@ def test_a_stair_probe_trains_the_same_global_batches_and_the_hub_keeps_its_poin
         assert sorted(batch) == sorted(order[step * 24:(step + 1) * 24]), step
     assert_final_equals_reference(tmp_path)
 
-    def probe_points() -> dict[int, dict[float, float]]:
-        return {r["rank"]: {p["samples"]: p["compute_s"] for p in r["points"] if p.get("probe")}
+    def probe_points(key: str = "compute_s") -> dict[int, dict[float, float]]:
+        return {r["rank"]: {p["samples"]: p[key] for p in r["points"] if p.get("probe")}
                 for r in hub.snapshot()["ranks"] if r["job"] == "t"}
     # rank 2 also leaves 8: it ran 8 while ranks 0 and 1 traded, then left it for its own trades
     expected = {0: [4, 6, 10, 12], 1: [4, 6, 10, 12], 2: [4, 6, 8, 10, 12]}
@@ -358,3 +358,6 @@ def test_a_stair_probe_trains_the_same_global_batches_and_the_hub_keeps_its_poin
     sleeps = [points[0][n] for n in (4, 6, 10, 12)]
     assert sleeps == sorted(sleeps) and sleeps[0] > 0.003 * 4 * 0.9, sleeps  # rank 0's sleep, growing with n
     assert all(points[1][n] < 0.5 * points[0][n] for n in (4, 6, 10, 12)), points  # rank 1's own compute
+    # each point's passes are those its steps ran (probe_micro_batch: even passes within the split's 8
+    # without a GPU's memory figures), not the split's micro-batch of 8 the agent holds
+    assert probe_points("micro_batch")[0] == {4: 4, 6: 6, 10: 5, 12: 6}
