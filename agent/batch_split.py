@@ -136,3 +136,16 @@ def split_micro_batches(indices: Sequence[int], micro_batch: int) -> Iterator[li
         raise ValueError("micro_batch must be >= 1")
     for first in range(0, len(indices), micro_batch):
         yield list(indices[first : first + micro_batch])
+
+
+def split_accumulation(indices: Sequence[int], accumulation_steps: int) -> list[list[int]]:
+    """`accumulation_steps` consecutive micro-batches of the indices, as even as they can be (the first ones
+    one larger): for an engine that steps at each k-th micro-batch whatever their size (DeepSpeed counts
+    its micro-steps), so a stair probe's count changes the micro-batches, never k."""
+    if accumulation_steps < 1 or len(indices) < accumulation_steps:
+        raise ValueError(f"{len(indices)} samples make no {accumulation_steps} micro-batches of at least one")
+    size, larger = divmod(len(indices), accumulation_steps)
+    bounds = [0]
+    for number in range(accumulation_steps):
+        bounds.append(bounds[-1] + size + (1 if number < larger else 0))
+    return [list(indices[first:end]) for first, end in zip(bounds, bounds[1:], strict=False)]

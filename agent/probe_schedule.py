@@ -61,10 +61,12 @@ def probe_steps(samples_per_rank: Sequence[int], granularity: int, steps_per_spl
 MAX_GRANULE = 65_536  # samples: what `gpumix run --granularity` takes at most
 
 
-def requested_probe_steps(samples_per_rank: Sequence[int], env: Mapping[str, str] = os.environ) -> list[list[int]]:
+def requested_probe_steps(samples_per_rank: Sequence[int], env: Mapping[str, str] = os.environ,
+                          multiple_of: int = 1) -> list[list[int]]:
     """probe_steps' splits where `gpumix run --stair-probe` asked this launch for a probe (STAIR_PROBE_ENV:
     its granule; set on the first launch only, so a resumed run never probes again), else none. A value
-    that is not a granule gets one line on stderr and no probe: training goes on as it would without."""
+    that is not a granule gets one line on stderr and no probe: training goes on as it would without.
+    `multiple_of`: the granule rounded up to a multiple of it (probe_granule)."""
     value = env.get(STAIR_PROBE_ENV)
     if value is None:
         return []
@@ -73,7 +75,15 @@ def requested_probe_steps(samples_per_rank: Sequence[int], env: Mapping[str, str
         print(f"gpumix: {STAIR_PROBE_ENV}={value[:40]!r} is not a granule of 1-{MAX_GRANULE} samples: no stair probe",
               file=sys.stderr)
         return []
-    return probe_steps(samples_per_rank, granule)
+    return probe_steps(samples_per_rank, probe_granule(granule, multiple_of))
+
+
+def probe_granule(granule: int, multiple_of: int = 1) -> int:
+    """The granule a probe trades, rounded up to a multiple of `multiple_of`: DeepSpeed's accumulation
+    steps k, common to all ranks, so each probe count stays m x k, k micro-batches of one size
+    (batch_split.split_accumulation), as the DeepSpeed split's counts are."""
+    unit = max(1, multiple_of)
+    return -(-max(1, granule) // unit) * unit
 
 
 MEMORY_MARGIN = 0.10  # of the GPU's memory left free, as the planner's micro-batch cap leaves it

@@ -105,6 +105,43 @@ def test_deepspeed_under_an_unequal_plan_counts_the_samples_trained(demo_hardwar
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("zero", [0, 2, 3])
+def test_a_deepspeed_stair_probe_trains_the_global_batches_and_leaves_the_passes_it_ran(
+        demo_hardware, tmp_path: Path, zero: int) -> None:
+    """`gpumix run --stair-probe` asks a DeepSpeed job (ZeRO 0, 2 and 3; 2 gloo ranks, m = 8, k = 2: 16 each, B = 32) for a
+    probe with a granule of 3: rounded up to k's multiple, 4, the ranks trade 4 and 8 samples for 11 steps
+    each, in the same k = 2 micro-batches (DeepSpeed steps at each k-th), each micro-batch's loss weighed by
+    its own samples x k x R / B. The 50 steps end with the parameters of the run without a probe, DeepSpeed
+    counts 32 samples a step, and the hub keeps each probe count's point with the micro-batch it ran."""
+    import json
+
+    import torch
+
+    pytest.importorskip("deepspeed")
+    from gpumix.wire.plan_file import STAIR_PROBE_ENV
+
+    def run(name: str, env: dict[str, str]) -> list[dict]:
+        (tmp_path / name).mkdir()
+        return run_example(demo_hardware, tmp_path, [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            str(ROOT / "examples" / "deepspeed_train.py"), "--zero", str(zero), "--steps", "50",
+            "--final", str(tmp_path / name / "final.pt"),
+            "--samples-out", str(tmp_path / name)], env=env)
+
+    run("plain", {})
+    ranks = run("probed", {STAIR_PROBE_ENV: "3"})
+    for rank in ranks:
+        probed = {p["samples"]: p["micro_batch"] for p in rank["points"] if p.get("probe")}
+        assert probed == {8: 4, 12: 6, 20: 10, 24: 12}, (rank["rank"], rank["points"])
+        assert rank["micro_batch"] == 8 and rank["samples"] == 16  # back on the split after the probe
+        counts = json.loads((tmp_path / "probed" / f"rank{rank['rank']}.json").read_text())
+        assert counts == {"global_samples": 50 * 32, "global_steps": 50}
+    plain, probed = (torch.load(tmp_path / name / "final.pt") for name in ("plain", "probed"))
+    for name, value in plain.items():
+        torch.testing.assert_close(probed[name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
 def test_deepspeed_restarts_into_its_configs_under_gpumix_run(hub_socket, tmp_path: Path) -> None:
     """`gpumix run` restarts a DeepSpeed job (2 gloo ranks, m = 8 and k = 2: B = 32) into the
     DeepSpeed split [8, 24] (m = 4 and 12, the same k = 2) that `gpumix plan --deepspeed-config

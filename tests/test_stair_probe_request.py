@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumix.agent.probe_schedule import probe_steps, requested_probe_steps
+from gpumix.agent.batch_split import split_accumulation
+from gpumix.agent.probe_schedule import probe_granule, probe_steps, requested_probe_steps
 from gpumix.agent.restart import RestartControl
 from gpumix.cli.main import build_parser
 from gpumix.run.supervisor import Supervisor
@@ -20,6 +21,20 @@ def test_a_granule_in_the_environment_asks_for_the_probe_at_it() -> None:
     assert requested_probe_steps([16, 16, 16], {STAIR_PROBE_ENV: "4"}) == probe_steps([16, 16, 16], 4)
     assert requested_probe_steps([16, 16, 16], {STAIR_PROBE_ENV: "4"}) != probe_steps([16, 16, 16], 2)
     assert requested_probe_steps([16, 16, 16], {}) == []
+
+
+def test_a_deepspeed_probe_trades_whole_multiples_of_its_accumulation_steps() -> None:
+    """DeepSpeed steps at each k-th micro-batch: a granule of 3 under k = 2 trades 4, so every count stays
+    m x k and runs as k micro-batches of one size."""
+    steps = requested_probe_steps([16, 16], {STAIR_PROBE_ENV: "3"}, multiple_of=2)
+    assert steps == probe_steps([16, 16], 4)
+    assert {n for split in steps for n in split} == {8, 12, 20, 24}
+    assert [probe_granule(g, k) for g, k in ((3, 2), (4, 2), (1, 3), (5, 1), (0, 4))] == [4, 4, 3, 5, 4]
+    assert [len(part) for part in split_accumulation(list(range(20)), 2)] == [10, 10]
+    assert [len(part) for part in split_accumulation(list(range(14)), 4)] == [4, 4, 3, 3]
+    assert sum(split_accumulation(list(range(14)), 4), []) == list(range(14))  # each sample once, in order
+    with pytest.raises(ValueError, match="no 4 micro-batches"):
+        split_accumulation([1, 2, 3], 4)
 
 
 @pytest.mark.parametrize("value", ["0", "-4", "4.0", "", "²", "٤", "99999999999999999999999", "4\x1b[31m", "70000"])
