@@ -5,12 +5,14 @@ twice the time. Real GPUs are not proportional: a step has fixed costs (the opti
 kernel launches, a competing process's time slices) and matrix kernels run in whole waves
 of tiles, so time grows in stairs (docs/planner.md, "Measured on real GPUs"). With points
 measured at several splits (the hub keeps them across re-plans), the curve interpolates
-between them. Outside the measured range it takes the slower of two guesses, the line through the
-outermost points (the measured span's slope) and proportional to the nearest point: a planner that
-trusts an optimistic extrapolation moves work onto a rank that then paces the step. The span, not the
-nearest segment: a stair probe's points are a granule apart, and one stair's jump between two of them,
-carried over a re-plan's move, priced a BERT-base encoder on an H100 up to 45 % over what it measured
-(benchmarks/probe_real_stairs.py, docs/planner.md session 24). Below points that no tile fits
+between them. Below the measured range it takes the slower of two guesses, the line through the
+outermost points (the measured span's slope: a fixed cost) and proportional to the first point: a
+planner that trusts an optimistic extrapolation moves work onto a rank that then paces the step. Above
+it, proportional to the last point: never crediting a fixed cost there, and never carrying on a slope
+steeper than proportional, which is a stair's jump between the points, not a growth that repeats (a
+stair probe's points are a granule apart: one jump carried over a re-plan's move priced a BERT-base
+encoder on an H100 up to 45 % over what it measured with the nearest segment's slope, and the span's
+still priced it high; docs/planner.md, sessions 24 and 25). Below points that no tile fits
 (NoFloorCurve) that line is bounded: their slope is noise, not a fixed cost.
 """
 
@@ -59,7 +61,7 @@ class ComputeCurve:
             return max(_line(points[0], points[-1], samples), first_t * samples / first_n)
         last_n, last_t = points[-1]
         if samples > last_n:
-            return max(_line(points[0], points[-1], samples), last_t * samples / last_n)
+            return last_t * samples / last_n
         for low, high in pairwise(points):
             if samples <= high[0]:
                 return _line(low, high, samples)
