@@ -60,6 +60,11 @@
 #   PART=s22c: with the GPU busy and the hub over it read as 10 at the default socket, no dashboard: plain and
 #           fresh snapshots timed (benchmarks/fresh_snapshot_cost.py), then the one-shots against gpustat.
 #   PART=s22d: the busy hub read as 10 with 0 and 10 ranks, every thread under cProfile (benchmarks/profiled.py).
+#   PART=s25: session 25's agent change (a step's own micro-batch: agent/step_record.py PASSES): the agent per step
+#           (1 ms steps, CUDA loss, no hub and a live hub) with session 24's tree (.whl/tree_s24:
+#           `bash benchmarks/tree_at.sh 9eb3c4e .whl/tree_s24`) against this one's in ABBA order; then, the GPU busy,
+#           this tree's hub read as 10 with 10 ranks and no dashboard, three windows of TICK_S (30) s after WARMUP (40) s
+#           (the hub's code is session 22's: more windows of the figure at the goal's edge).
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -408,6 +413,19 @@ if [ "$PART" = s21c ] && [ "$DRY" != 1 ]; then  # session 21 (NVML only)
     step 25 "counter pairs ${gap} s apart against the window" $PY "$REPO/benchmarks/pcie_pair_check.py" --rounds 20 \
       --gap-s "$gap" --out "$WORK/pcie_pair_gap_${gap}.json"
   done
+  stop_load
+fi
+if [ "$PART" = s25 ] && [ "$DRY" != 1 ]; then  # session 25 (NVML only)
+  agent() {  # TREE LABEL
+    local run=($PY "$REPO/benchmarks/bench_agent_calls.py" --device cuda --case both --pairs "${PAIRS:-1}" --steps 5000
+      --body-us 1000 --out "$WORK/agent_$2.json")
+    if [ "$1" = before ]; then PYTHONPATH=$REPO/.whl/tree_s24:$SITE step 60 "agent, $2" "${run[@]}"
+    else step 60 "agent, $2" "${run[@]}"; fi
+  }
+  agent before before_1; agent after after_1; agent after after_2; agent before before_2
+  start_load 330
+  export RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=100
+  busy_hub after s25_1; busy_hub after s25_2; busy_hub after s25_3
   stop_load
 fi
 say done
