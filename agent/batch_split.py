@@ -97,6 +97,11 @@ class GlobalBatchSampler:
         """The split of this epoch's step: a probe's in the run's first steps (step_splits), else n_r's."""
         return self.step_splits[step] if self.epoch == 0 and step < len(self.step_splits) else self.samples_per_rank
 
+    def probing(self, steps_done: int) -> bool:
+        """Whether the run's step `steps_done` (counted over the whole run, as agent.resume_step) runs a
+        probe's split (step_splits) rather than n_r: the same answer on every rank."""
+        return self.split_at(steps_done - self.epoch * self.steps_per_epoch) != self.samples_per_rank
+
     def set_epoch(self, epoch: int) -> None:
         """A new epoch starts at step 0; setting the epoch being resumed keeps start_step."""
         if epoch != self.epoch:

@@ -94,7 +94,7 @@ def main() -> None:
         for indices in sampler.steps():
             if step >= args.steps:
                 break
-            probing = sampler.split_at(step - sampler.epoch * sampler.steps_per_epoch) != sampler.samples_per_rank
+            probing = sampler.probing(step)
             with agent.step(samples=len(indices)) as record:
                 micro_batches = split_accumulation(indices, accumulation)
                 if probing:  # the passes this step runs, not the config's: the hub's point says them

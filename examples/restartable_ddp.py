@@ -159,7 +159,7 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
         for indices in sampler.steps():
             if step >= args.steps:
                 break
-            probing = sampler.split_at(step - sampler.epoch * sampler.steps_per_epoch) != sampler.samples_per_rank
+            probing = sampler.probing(step)
             total = train_step(indices, probing)
             if log:
                 log.write(json.dumps({"step": step, "epoch": sampler.epoch, "loss": total, "indices": indices,

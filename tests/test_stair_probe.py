@@ -65,6 +65,8 @@ def test_the_sampler_trains_every_sample_once_an_epoch_through_a_probe() -> None
             assert sorted(together) == sorted(i for s in plain for i in list(s.steps())[step])
         for rank in range(3):
             assert len(probed[rank]) == sum(len(s) for s in per_rank[rank]) == len(list(probed[rank]))
+        run_step = epoch * probed[0].steps_per_epoch  # each epoch's first step, counted over the run
+        assert [probed[0].probing(run_step + step) for step in range(9)] == [epoch == 0] * 7 + [False] * 2
     resumed = GlobalBatchSampler.resumed(dataset, counts, 1, 9, seed=3, step_splits=schedule)
     assert list(resumed.steps()) == [list(GlobalBatchSampler(dataset, counts, 1, seed=3).steps())[9]]
 
