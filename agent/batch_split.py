@@ -123,6 +123,20 @@ class GlobalBatchSampler:
             first = step * self.global_batch + sum(split[: self.rank])
             yield order[first : first + split[self.rank]]
 
+    def run_steps(self, total_steps: int) -> Iterator[tuple[int, list[int]]]:
+        """The run's steps from steps_done (agent.resume_step, through resumed()) up to total_steps, epoch
+        after epoch: (the step counted over the whole run, this rank's indices). The epoch turns are the
+        part scripts got wrong (a total step passed as start_step ended the run after an epoch); break out
+        at a restart point."""
+        step = self.steps_done
+        while step < total_steps:
+            for indices in self.steps():
+                if step >= total_steps:
+                    return
+                yield step, indices
+                step += 1
+            self.set_epoch(self.epoch + 1)  # the next epoch, from its step 0
+
     def __iter__(self) -> Iterator[int]:
         for indices in self.steps():
             yield from indices

@@ -88,30 +88,22 @@ def main() -> None:
     labels = torch.randint(0, 10, (args.dataset,), generator=generator)
     sampler = GlobalBatchSampler.resumed(args.dataset, samples_per_rank, rank, start, seed=7, step_splits=probe)
     device = engine.device
-    step = start
-    stopped = False
-    while step < args.steps and not stopped:
-        for indices in sampler.steps():
-            if step >= args.steps:
-                break
-            probing = sampler.probing(step)
-            with agent.step(samples=len(indices)) as record:
-                micro_batches = split_accumulation(indices, accumulation)
-                if probing:  # the passes this step runs, not the config's: the hub's point says them
-                    record.micro_batch = len(micro_batches[0])
-                for micro in micro_batches:
-                    loss = torch.nn.functional.cross_entropy(engine(inputs[micro].to(device)), labels[micro].to(device))
-                    engine.backward(loss * loss_weight(len(micro) * accumulation, world, global_batch))
-                    engine.step()
-                record.loss = loss
-            time.sleep(args.step_sleep)
-            step += 1
-            if args.checkpoint and agent.restart_point(step):
-                stopped = True  # `gpumix run` relaunches under the new plan
-                break
-        else:
-            sampler.set_epoch(sampler.epoch + 1)  # the next epoch starts at its step 0
-    if args.final and step >= args.steps:  # every rank: ZeRO-3 gathers its partitioned parameters together
+    done = start
+    for step, indices in sampler.run_steps(args.steps):  # epoch after epoch
+        with agent.step(samples=len(indices)) as record:
+            micro_batches = split_accumulation(indices, accumulation)
+            if sampler.probing(step):  # the passes this step runs, not the config's: the hub's point says them
+                record.micro_batch = len(micro_batches[0])
+            for micro in micro_batches:
+                loss = torch.nn.functional.cross_entropy(engine(inputs[micro].to(device)), labels[micro].to(device))
+                engine.backward(loss * loss_weight(len(micro) * accumulation, world, global_batch))
+                engine.step()
+            record.loss = loss
+        time.sleep(args.step_sleep)
+        done = step + 1
+        if args.checkpoint and agent.restart_point(done):
+            break  # `gpumix run` relaunches under the new plan
+    if args.final and done >= args.steps:  # every rank: ZeRO-3 gathers its partitioned parameters together
         with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
             if rank == 0:
                 torch.save({k: v.detach().float().cpu() for k, v in engine.module.state_dict().items()}, args.final)

@@ -153,26 +153,18 @@ def train(args: argparse.Namespace, cuda: bool, local_rank: int) -> None:
     else:
         probe = requested_probe_steps(plan.samples_per_rank)
     sampler = GlobalBatchSampler.resumed(args.dataset, plan.samples_per_rank, rank, start, seed=7, step_splits=probe)
-    step = start
-    stopped = False
-    while step < args.steps and not stopped:
-        for indices in sampler.steps():
-            if step >= args.steps:
-                break
-            probing = sampler.probing(step)
-            total = train_step(indices, probing)
-            if log:
-                log.write(json.dumps({"step": step, "epoch": sampler.epoch, "loss": total, "indices": indices,
-                                      "plan": plan.plan_id}) + "\n")
-                log.flush()
-            time.sleep(args.step_sleep)
-            step += 1
-            if agent.restart_point(step):
-                stopped = True
-                break
-        else:
-            sampler.set_epoch(sampler.epoch + 1)  # the next epoch starts at its step 0
-    if args.final and rank == 0 and step >= args.steps:
+    done = start
+    for step, indices in sampler.run_steps(args.steps):  # epoch after epoch
+        total = train_step(indices, sampler.probing(step))
+        if log:
+            log.write(json.dumps({"step": step, "epoch": sampler.epoch, "loss": total, "indices": indices,
+                                  "plan": plan.plan_id}) + "\n")
+            log.flush()
+        time.sleep(args.step_sleep)
+        done = step + 1
+        if agent.restart_point(done):
+            break
+    if args.final and rank == 0 and done >= args.steps:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.final)
     gpumix.agent.stop()
 

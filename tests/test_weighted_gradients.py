@@ -152,16 +152,11 @@ def test_resumed_from_the_run_total_continues_across_epochs() -> None:
     trained = []
     for split, start, stop in zip(splits, stops, stops[1:], strict=False):
         samplers = [GlobalBatchSampler.resumed(dataset_len, split, rank, start, seed=SEED) for rank in range(len(split))]
-        step = start
-        while step < stop:  # the example's loop: one epoch at a time
-            for ids in zip(*(sampler.steps() for sampler in samplers), strict=True):
-                trained.append(sorted(i for part in ids for i in part))
-                step += 1
-                if step == stop:
-                    break
-            else:
-                for sampler in samplers:
-                    sampler.set_epoch(sampler.epoch + 1)
+        steps = []
+        for ranks in zip(*(sampler.run_steps(stop) for sampler in samplers), strict=True):  # the examples' loop
+            steps.append({step for step, _ in ranks})
+            trained.append(sorted(i for _, part in ranks for i in part))
+        assert steps == [{step} for step in range(start, stop)]  # every rank at the same step of the run
     assert trained == [sorted(batch) for batch in whole]
     assert GlobalBatchSampler.resumed(dataset_len, [8, 4], 1, 19, seed=SEED).steps_done == 19
 
