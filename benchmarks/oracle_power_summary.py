@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-from result_out import report  # beside this file
+from oracle_sets_summary import load_set  # beside this file
+from result_out import report
 
 GOAL = 0.97
-
-
-def load(path: str) -> dict[str, Any]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as file:
-        return json.load(file)
 
 
 def figures(runs: list[tuple[float, str]]) -> dict[str, Any]:
@@ -44,7 +37,7 @@ def main() -> int:
     over_budget: list[str] = []
     paths = sorted(glob.glob(args.pattern))
     for path in paths:
-        for rig in load(path)["rigs"]:
+        for rig in load_set(path)["rigs"]:
             power = rig.get("power")
             if not power:
                 continue
