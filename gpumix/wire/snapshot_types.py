@@ -287,7 +287,7 @@ class PlanRow(TypedDict):
     ranks: list[PlanShareRow]
     restarts: int | None
     applied_at_step: int | None
-    applied_s: float | None  # wall clock when the hub first saw this split
+    applied_s: float | None  # wall clock of the first snapshot that showed this split (merged when asked)
     predicted_speedup: float | None  # of a plan asked through the hub; None otherwise
 
 
