@@ -10,6 +10,7 @@ from typing import Any
 import psutil
 
 from gpumix.hw.core_percents import CorePercents
+from gpumix.hw.process_times import ProcessTimes
 
 
 @dataclass
@@ -74,12 +75,15 @@ def memory_bytes(meminfo: str = MEMINFO) -> tuple[int, int, int, int] | None:
 
 
 class HostSampler:
-    """Keeps psutil.Process objects between ticks: cpu_percent() needs the previous reading.
-    A process's name, user and command do not change: read once, not every tick."""
+    """Keeps what a process's CPU share compares with between ticks. A process's name, user and command do
+    not change: read once (psutil), not every tick; its CPU and RSS each tick from /proc (ProcessTimes),
+    through psutil where /proc cannot be read."""
 
     def __init__(self) -> None:
-        self._processes: dict[int, psutil.Process] = {}
+        self._processes: dict[int, psutil.Process] = {}  # psutil's, where /proc cannot be read
         self._static: dict[int, tuple[str | None, str | None, str | None]] = {}
+        self._times = ProcessTimes()
+        self._proc_readable = self._times.available()
         self._ticks = 0
         self._infiniband = False
         self._cores = CorePercents()  # primed: the first reading has nothing to compare with
@@ -105,26 +109,36 @@ class HostSampler:
         )
 
     def processes(self, pids: set[int]) -> dict[int, ProcessSample]:
-        for gone in set(self._processes) - pids:
-            del self._processes[gone]
-            self._static.pop(gone, None)
-        result = {}
-        for pid in pids:
-            result[pid] = self._process(pid)
-        return result
+        for gone in set(self._static) - pids:
+            del self._static[gone]
+            self._processes.pop(gone, None)
+        self._times.keep_only(pids)
+        return {pid: self._process(pid) for pid in pids}
 
     def _process(self, pid: int) -> ProcessSample:
         try:
-            process = self._processes.get(pid)
-            if process is None:
-                process = self._processes[pid] = psutil.Process(pid)
-                process.cpu_percent()  # prime
-            with process.oneshot():
-                if pid not in self._static:
+            if pid not in self._static:
+                process = psutil.Process(pid)
+                with process.oneshot():
                     self._static[pid] = (process.name(), process.username(), " ".join(process.cmdline())[:200] or None)
-                name, user, command = self._static[pid]
-                return ProcessSample(pid=pid, name=name, user=user, cpu_pct=process.cpu_percent(),
-                                     rss_bytes=process.memory_info().rss, command=command)
+            name, user, command = self._static[pid]
+            if self._proc_readable:
+                reading = self._times.read(pid)
+                if reading is None:  # gone since the GPU listed it, or hidden from us
+                    raise psutil.NoSuchProcess(pid)
+                cpu_pct, rss_bytes = reading
+            else:
+                cpu_pct, rss_bytes = self._psutil_reading(pid)
+            return ProcessSample(pid=pid, name=name, user=user, cpu_pct=cpu_pct, rss_bytes=rss_bytes, command=command)
         except (psutil.Error, OSError):  # gone, another user's, or in a container we can't see into
             self._processes.pop(pid, None)
+            self._static.pop(pid, None)
             return ProcessSample(pid=pid, name=None, user=None, cpu_pct=None, rss_bytes=None, command=None)
+
+    def _psutil_reading(self, pid: int) -> tuple[float | None, int]:
+        process = self._processes.get(pid)
+        if process is None:
+            process = self._processes[pid] = psutil.Process(pid)
+            process.cpu_percent()  # prime
+        with process.oneshot():
+            return process.cpu_percent(), process.memory_info().rss
