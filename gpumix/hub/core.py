@@ -152,17 +152,9 @@ class Hub:
         pids = {proc.pid for sample in samples for proc in sample.processes}
         processes = self._host.processes(pids)
         snapshot = build_snapshot(
-            timestamp_s=self._wall_clock(),
-            source=self.hardware.source,
-            driver=self._driver,
-            infos=self._infos,
-            samples=samples,
-            host=host,
-            processes=processes,
-            p2p=self._p2p,
-            hostname=self._hostname,
-            p2p_rows=self._p2p_rows,
-        )
+            timestamp_s=self._wall_clock(), source=self.hardware.source, driver=self._driver, infos=self._infos,
+            samples=samples, host=host, processes=processes, p2p=self._p2p, hostname=self._hostname,
+            p2p_rows=self._p2p_rows)
         snapshot["power_budget_w"] = self.hardware.power_budget_w
         snapshot["power_layout"] = self.hardware.power_layout
         with self._lock:
