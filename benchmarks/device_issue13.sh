@@ -65,6 +65,13 @@
 #           `bash benchmarks/tree_at.sh 9eb3c4e .whl/tree_s24`) against this one's in ABBA order; then, the GPU busy,
 #           this tree's hub read as 10 with 10 ranks and no dashboard, three windows of TICK_S (30) s after WARMUP (40) s
 #           (the hub's code is session 22's: more windows of the figure at the goal's edge).
+#   PART=s26: session 26's hub (the sampling thread merges no ranks; each GPU process read from /proc): the
+#           processes' reading alone (benchmarks/process_reading_cost.py, ten sleeping processes, session 25's
+#           tree .whl/tree_s25: `bash benchmarks/tree_at.sh cbef721 .whl/tree_s25`, against this one's); then,
+#           the GPU busy with ten CUDA processes on it (the copies and matmuls and nine idle contexts: ten
+#           ranks' processes as ten GPUs would list them), the hub read as 10 with 10 ranks and no dashboard,
+#           session 25's tree against this one's in ABBA order over TICK_S (30) s after WARMUP (40) s; then
+#           viewed (a dashboard's snapshot each second), this one's then session 25's.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -426,6 +433,24 @@ if [ "$PART" = s25 ] && [ "$DRY" != 1 ]; then  # session 25 (NVML only)
   start_load 330
   export RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=100
   busy_hub after s25_1; busy_hub after s25_2; busy_hub after s25_3
+  stop_load
+fi
+if [ "$PART" = s26 ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
+  step 60 "ten processes' reading, session 25's tree against this one's" $PY "$REPO/benchmarks/process_reading_cost.py" \
+    --tree before="$REPO/.whl/tree_s25" --tree after=. --rounds 2 --out "$WORK/process_reading_cost.json"
+  start_load 500
+  SLEEPERS=()
+  for _ in $(seq 9); do  # nine more CUDA contexts on the GPU: ten processes listed, as ten GPUs with a rank each
+    $PY -c "import time, torch; x = torch.ones(1, device='cuda'); torch.cuda.synchronize(); time.sleep(490)" &
+    SLEEPERS+=($!)
+  done
+  sleep 15
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >>"$LOG" 2>&1
+  export BEFORE_TREE=tree_s25 RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=100
+  busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
+  TICK_S=20 WARMUP=15 STEP_S=60 busy_hub after viewed_after_1 --tick-viewer
+  TICK_S=20 WARMUP=15 STEP_S=60 busy_hub before viewed_before_1 --tick-viewer
+  kill "${SLEEPERS[@]}" 2>/dev/null; wait "${SLEEPERS[@]}" 2>/dev/null
   stop_load
 fi
 say done

@@ -44,8 +44,8 @@ print(json.dumps({"median_us": statistics.median(costs[3:]), "gpumix": __import_
 
 def measure(tree: str, pids: list[int], ticks: int, pause_s: float) -> dict[str, Any]:
     env = dict(os.environ)
-    if tree != ".":
-        env["PYTHONPATH"] = tree
+    if tree != ".":  # before what the environment holds (psutil and pynvml where they are wheels there)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
     out = subprocess.run([sys.executable, "-P", "-c", MEASURE, json.dumps(pids), str(ticks), str(pause_s)],
                          env=env, capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(out.stdout)
