@@ -72,6 +72,8 @@
 #           ranks' processes as ten GPUs would list them), the hub read as 10 with 10 ranks and no dashboard,
 #           session 25's tree against this one's in ABBA order over TICK_S (30) s after WARMUP (40) s; then
 #           viewed (a dashboard's snapshot each second), this one's then session 25's.
+#   PART=s26b: as s26's busy hub without the nine idle CUDA processes (one process on the GPU), ABBA; then with
+#           them, this tree's hub under cProfile (benchmarks/profiled.py), 10 ranks.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -435,17 +437,31 @@ if [ "$PART" = s25 ] && [ "$DRY" != 1 ]; then  # session 25 (NVML only)
   busy_hub after s25_1; busy_hub after s25_2; busy_hub after s25_3
   stop_load
 fi
-if [ "$PART" = s26 ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
-  step 60 "ten processes' reading, session 25's tree against this one's" $PY "$REPO/benchmarks/process_reading_cost.py" \
-    --tree before="$REPO/.whl/tree_s25" --tree after=. --rounds 2 --out "$WORK/process_reading_cost.json"
-  start_load 500
+sleepers() {  # COUNT SECONDS: idle CUDA contexts on the GPU, as more ranks' processes would list there
   SLEEPERS=()
-  for _ in $(seq 9); do  # nine more CUDA contexts on the GPU: ten processes listed, as ten GPUs with a rank each
-    $PY -c "import time, torch; x = torch.ones(1, device='cuda'); torch.cuda.synchronize(); time.sleep(490)" &
+  for _ in $(seq "$1"); do
+    $PY -c "import time, torch; x = torch.ones(1, device='cuda'); torch.cuda.synchronize(); time.sleep($2)" &
     SLEEPERS+=($!)
   done
   sleep 15
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >>"$LOG" 2>&1
+}
+if [ "$PART" = s26b ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
+  start_load 520
+  export BEFORE_TREE=tree_s25 RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=100
+  busy_hub before one_before_1; busy_hub after one_after_1; busy_hub after one_after_2; busy_hub before one_before_2
+  sleepers 9 200
+  step 100 "the busy hub read as 10 with ten processes, every thread profiled, 10 ranks" $PY "$REPO/benchmarks/bench_hub.py" \
+    --tick-cpu --tick-ranks 10 --tick-seconds 30 --tick-warmup 20 --out "$WORK/hub_tick_alias10_busy_profiled_p10.json" \
+    --hub-command "$PY -P $REPO/benchmarks/profiled.py $WORK/hub_profile_alias10_busy_p10.prof $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
+  kill "${SLEEPERS[@]}" 2>/dev/null; wait "${SLEEPERS[@]}" 2>/dev/null
+  stop_load
+fi
+if [ "$PART" = s26 ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
+  step 60 "ten processes' reading, session 25's tree against this one's" $PY "$REPO/benchmarks/process_reading_cost.py" \
+    --tree before="$REPO/.whl/tree_s25" --tree after=. --rounds 2 --out "$WORK/process_reading_cost.json"
+  start_load 500
+  sleepers 9 490  # nine more CUDA contexts on the GPU: ten processes listed, as ten GPUs with a rank each
   export BEFORE_TREE=tree_s25 RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=100
   busy_hub before before_1; busy_hub after after_1; busy_hub after after_2; busy_hub before before_2
   TICK_S=20 WARMUP=15 STEP_S=60 busy_hub after viewed_after_1 --tick-viewer
