@@ -50,6 +50,13 @@ def test_clients_the_tui_entry_and_the_agent_load_no_openssl(module: str) -> Non
     assert not OPENSSL_MODULES & loaded, sorted(OPENSSL_MODULES & loaded)
 
 
+def test_a_one_shots_client_makes_no_dataclass_or_snapshot_typeddict() -> None:
+    """`gpumix-top --once` attached to a hub: dataclasses (with inspect, ast, dis) and the snapshot's TypedDicts
+    were ~18 ms of its ~110 ms on the 2-core box, for a type hint and one frozen class."""
+    loaded = loaded_after("import gpumix.tui.main, gpumix.hub.client")
+    assert not {"dataclasses", "inspect", "gpumix.wire.snapshot_types"} & loaded
+
+
 def test_the_record_flags_load_the_recorder_only_to_record() -> None:
     code = ("import argparse; from gpumix.cli.recording import resolve_record_flags;"
             " args = argparse.Namespace(record=None, record_max_size=None); resolve_record_flags('t', args)")

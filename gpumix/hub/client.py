@@ -13,10 +13,12 @@ import errno
 import socket
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumix.wire import auth, protocol
-from gpumix.wire.snapshot_types import Snapshot
+
+if TYPE_CHECKING:  # the TypedDicts' classes cost a one-shot ~8 ms to make (issue 13)
+    from gpumix.wire.snapshot_types import Snapshot
 
 REPLY_TYPES = {"snapshot", "series", "power_result", "replan_result", "supervisor_work", "error"}
 TLS_RECORD_STARTS = (b"\x15\x03", b"\x16\x03")  # a TLS alert or handshake record where a frame was due

@@ -15,7 +15,6 @@ Standard library only: the agent imports this inside training processes.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import pwd
@@ -23,9 +22,8 @@ import socket
 import stat
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpumix.wire.unix_connect import connect_unix
 
@@ -152,6 +150,8 @@ def server_tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
+    import ipaddress  # a TCP hub's concern: a Unix-socket client does without it
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -222,8 +222,7 @@ def uid_label(uid: int | None) -> str:
         return f"uid {uid}"
 
 
-@dataclass(frozen=True)
-class UnixAccess:
+class UnixAccess(NamedTuple):  # not a dataclass: a one-shot's import of this module loads no dataclasses (issue 13)
     """Who besides the hub's owner may use its Unix socket (`gpumix hub --allow-group/--allow-uid`).
 
     A root hub that sets caps for unprivileged users: the socket goes group-accessible
