@@ -74,6 +74,10 @@
 #           viewed (a dashboard's snapshot each second), this one's then session 25's.
 #   PART=s26b: as s26's busy hub without the nine idle CUDA processes (one process on the GPU), ABBA; then with
 #           them, this tree's hub under cProfile (benchmarks/profiled.py), 10 ranks.
+#   PART=s26c: with the GPU busy and this tree's hub over it read as 10 at the default socket (no rank, no
+#           dashboard), the one-shots attached to it, session 25's tree (.whl/tree_s25) against this one's
+#           (.whl/tree_s26: `bash benchmarks/tree_at.sh b533938 .whl/tree_s26`), alternated
+#           (benchmarks/oneshot_attached_ab.py); then PART=s26b's busy hub with one process, ABBA.
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -455,6 +459,21 @@ if [ "$PART" = s26b ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
     --tick-cpu --tick-ranks 10 --tick-seconds 30 --tick-warmup 20 --out "$WORK/hub_tick_alias10_busy_profiled_p10.json" \
     --hub-command "$PY -P $REPO/benchmarks/profiled.py $WORK/hub_profile_alias10_busy_p10.prof $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
   kill "${SLEEPERS[@]}" 2>/dev/null; wait "${SLEEPERS[@]}" 2>/dev/null
+  stop_load
+fi
+if [ "$PART" = s26c ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
+  start_load 520
+  $ALIASED >"$WORK/hub_aliased.log" 2>&1 &  # at the default socket, as a user's hub
+  HUB=$!
+  for _ in $(seq 50); do [ -S "$WORK/run/gpumix/hub.sock" ] && break; sleep 0.2; done
+  sleep 8  # past the first slow read: busy GPUs carry their rates
+  step 120 "one-shots attached to the busy hub read as 10, session 25's tree against this one's" $PY \
+    "$REPO/benchmarks/oneshot_attached_ab.py" --hub "$WORK/run/gpumix/hub.sock" --before "$REPO/.whl/tree_s25" \
+    --after "$REPO/.whl/tree_s26" --rounds 11 --out "$WORK/oneshot_attached_ab.json" \
+    --note "one H100 busy, read as 10 by this tree's hub (aliased_hub.py) at the default socket, no rank, no dashboard"
+  stop_hub
+  export BEFORE_TREE=tree_s25 RANKS=10 TICK_S=${TICK_S:-30} WARMUP=${WARMUP:-40} STEP_S=100
+  busy_hub before one_before_1; busy_hub after one_after_1; busy_hub after one_after_2; busy_hub before one_before_2
   stop_load
 fi
 if [ "$PART" = s26 ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)

@@ -31,16 +31,22 @@ FLOOR = {"python -c pass": ["-c", "pass"], "python -c 'import json, socket'": ["
 COUNT_MODULES = "import atexit, sys; atexit.register(lambda: print('modules', len(sys.modules), file=sys.stderr)); "
 
 
+def tree_env(tree: str, hub: str) -> dict[str, str]:
+    """The tree before what PYTHONPATH holds already (wheels of psutil and pynvml where they are not installed)."""
+    path = os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "GPUMIX_HUB": hub, "PYTHONPYCACHEPREFIX": os.path.join(tree, ".pycache")}
+
+
 def modules_loaded(args: list[str], tree: str, hub: str) -> int:
     """How many modules the command has loaded when it exits (sys.modules, Python's own included)."""
-    env = {**os.environ, "PYTHONPATH": tree, "GPUMIX_HUB": hub, "PYTHONPYCACHEPREFIX": os.path.join(tree, ".pycache")}
+    env = tree_env(tree, hub)
     code = [args[0], COUNT_MODULES + args[1], *args[2:]]
     result = subprocess.run([sys.executable, *code], env=env, capture_output=True, text=True, cwd="/")
     return int(result.stderr.strip().splitlines()[-1].split()[1])
 
 
 def wall_s(args: list[str], tree: str, hub: str, attaches: bool) -> float:
-    env = {**os.environ, "PYTHONPATH": tree, "GPUMIX_HUB": hub, "PYTHONPYCACHEPREFIX": os.path.join(tree, ".pycache")}
+    env = tree_env(tree, hub)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
     result = subprocess.run([sys.executable, *args], env=env, capture_output=True, cwd="/")
