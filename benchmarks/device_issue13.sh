@@ -367,6 +367,12 @@ busy_hub() {  # TREE LABEL [FLAGS]: the hub's CPU with the GPU read as 10, busy 
     --tick-ranks "${RANKS:-0,10}" --tick-seconds "${TICK_S:-15}" --tick-warmup "${WARMUP:-6}" \
     --out "$WORK/hub_tick_alias10_busy_$label.json" --hub-command "$command" "$@"
 }
+start_aliased_hub() {  # this tree's hub over the GPU read as 10 at the default socket, as a user's hub (HUB: its pid)
+  $ALIASED >"$WORK/hub_aliased.log" 2>&1 &
+  HUB=$!
+  for _ in $(seq 50); do [ -S "$WORK/run/gpumix/hub.sock" ] && break; sleep 0.2; done
+  sleep 8  # past the first slow read: busy GPUs carry their rates
+}
 rates_check() {  # UNVIEWED_S: a busy GPU's rates in the hub's snapshot, unviewed then viewed for 10 s, beside the window
   start_hub rates
   step $(( $1 + 25 )) "a busy GPU's rates, unviewed then viewed, beside NVML's window" $PY "$REPO/benchmarks/unviewed_rates_check.py" \
@@ -398,10 +404,7 @@ if [ "${PART%b}" = s22 ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only)
 fi
 if [ "$PART" = s22c ] && [ "$DRY" != 1 ]; then  # session 22 (NVML only)
   start_load 200
-  $ALIASED >"$WORK/hub_aliased.log" 2>&1 &  # at the default socket, as a user's hub
-  HUB=$!
-  for _ in $(seq 50); do [ -S "$WORK/run/gpumix/hub.sock" ] && break; sleep 0.2; done
-  sleep 8  # past the first slow read: busy GPUs carry their rates
+  start_aliased_hub
   step 60 "plain and fresh snapshots of the busy hub read as 10, 2.5 s apart" $PY "$REPO/benchmarks/fresh_snapshot_cost.py" \
     --socket "$WORK/run/gpumix/hub.sock" --hub-pid "$HUB" --rounds 8 --out "$WORK/fresh_snapshot_cost.json"
   step 90 "one-shots attached to the busy hub read as 10" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 7 \
@@ -463,10 +466,7 @@ if [ "$PART" = s26b ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
 fi
 if [ "$PART" = s26c ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
   start_load 520
-  $ALIASED >"$WORK/hub_aliased.log" 2>&1 &  # at the default socket, as a user's hub
-  HUB=$!
-  for _ in $(seq 50); do [ -S "$WORK/run/gpumix/hub.sock" ] && break; sleep 0.2; done
-  sleep 8  # past the first slow read: busy GPUs carry their rates
+  start_aliased_hub
   step 120 "one-shots attached to the busy hub read as 10, session 25's tree against this one's" $PY \
     "$REPO/benchmarks/oneshot_attached_ab.py" --hub "$WORK/run/gpumix/hub.sock" --before "$REPO/.whl/tree_s25" \
     --after "$REPO/.whl/tree_s26" --rounds 11 --out "$WORK/oneshot_attached_ab.json" \
