@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from result_out import report  # beside this file
+from spread import median_p90_worst
 
 from gpumix.model.compute_curve import ComputeCurve
 
@@ -34,10 +35,9 @@ def span_line_s(points: list[tuple[int, float]], samples: int) -> float:
 
 
 def summary(errors: list[float]) -> dict[str, Any]:
-    size = sorted(abs(e) for e in errors)
-    return {"median_abs_error": round(statistics.median(size), 4), "p90_abs_error": round(size[int(0.9 * (len(size) - 1))], 4),
-            "worst_abs_error": round(size[-1], 4), "mean_error": round(statistics.fmean(errors), 4),
-            "predictions": len(errors)}
+    median, p90, worst = median_p90_worst(abs(e) for e in errors)
+    return {"median_abs_error": round(median, 4), "p90_abs_error": round(p90, 4), "worst_abs_error": round(worst, 4),
+            "mean_error": round(statistics.fmean(errors), 4), "predictions": len(errors)}
 
 
 def main() -> int:

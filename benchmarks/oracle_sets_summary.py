@@ -21,6 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from spread import median_p90_worst  # beside this file
+
 WORTH_GAIN = 0.05  # the goal's rigs: the oracle gains at least this over the equal split
 GOAL_WORST = 0.85
 RESTART_BAR = 1.05  # AutoReplan's bar for a predicted speedup (gpumix/run/auto_replan.py)
@@ -72,10 +74,9 @@ def step_over_oracle(ratios: list[float]) -> dict[str, float | None]:
     """The final step over the oracle's: median, 90th percentile and worst."""
     if not ratios:
         return {"step_over_oracle_median": None, "step_over_oracle_p90": None, "step_over_oracle_worst": None}
-    ordered = sorted(ratios)
-    return {"step_over_oracle_median": round(statistics.median(ordered), 4),
-            "step_over_oracle_p90": round(ordered[int(0.9 * (len(ordered) - 1))], 4),
-            "step_over_oracle_worst": round(ordered[-1], 4)}
+    median, p90, worst = median_p90_worst(ratios)
+    return {"step_over_oracle_median": round(median, 4), "step_over_oracle_p90": round(p90, 4),
+            "step_over_oracle_worst": round(worst, 4)}
 
 
 def main() -> None:

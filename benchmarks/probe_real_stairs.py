@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any
+
+from spread import median_p90_worst  # beside this file
 
 from gpumix.agent.probe_schedule import OFFSETS
 from gpumix.plan.padding import with_possible_stairs
@@ -77,10 +78,9 @@ def errors_at(center: int, curve: dict[int, float]) -> dict[str, Any]:
 def summary(rows: list[dict[str, Any]], label: str, least: int = 0) -> dict[str, float]:
     """The absolute errors' median, 90th percentile and worst over every center's targets of `least`
     samples or more."""
-    errors = sorted(abs(e) for row in rows for n, e in zip(row["targets"], row[f"{label}_errors"], strict=True)
-                    if n >= least)
-    return {"median_abs_error": statistics.median(errors), "p90_abs_error": errors[int(0.9 * (len(errors) - 1))],
-            "worst_abs_error": errors[-1], "predictions": len(errors)}
+    errors = [abs(e) for row in rows for n, e in zip(row["targets"], row[f"{label}_errors"], strict=True) if n >= least]
+    median, p90, worst = median_p90_worst(errors)
+    return {"median_abs_error": median, "p90_abs_error": p90, "worst_abs_error": worst, "predictions": len(errors)}
 
 
 def main() -> None:
