@@ -84,3 +84,18 @@ def test_the_sampling_thread_ticks_without_merging(demo_hardware: Hardware, merg
     assert hub.ticks >= 4
     assert merges == []
     assert hub.snapshot() is not None and len(merges) == 1
+
+
+def test_a_cap_control_shows_the_new_cap_at_the_next_ask_without_merging_for_itself(
+        demo_hardware: Hardware, clock: ManualClock, merges: list[int]) -> None:
+    hub = ticked_hub(demo_hardware, clock)
+    add_rank(hub)
+    hub.snapshot()
+    merges.clear()
+    reply = hub.control({"type": "power", "action": "caps", "caps": {"3": 280}})
+    assert reply["ok"] and reply["changes"]
+    asked_by_the_control = len(merges)  # the control reads the snapshot it checks the caps against
+    snapshot = hub.snapshot()
+    assert len(merges) == asked_by_the_control + 1  # its tick merged nothing; the ask merges the new reading
+    assert {gpu["index"]: gpu["power_cap_w"] for gpu in snapshot["gpus"]}[3] == 280
+    assert [row["rank"] for row in snapshot["ranks"]] == [0]

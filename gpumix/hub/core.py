@@ -231,7 +231,7 @@ class Hub:
         for listener in self.on_control:
             listener(request, reply)
         if reply["ok"] and reply["changes"] and not request.get("dry_run"):
-            self.tick()  # show the new caps now, not at the next tick
+            self.tick(merge=False)  # show the new caps now, not at the next tick (merged when asked)
         return reply
 
     # -- supervised jobs (gpumix run; gpumix.hub.supervised) ----------------------------
