@@ -78,6 +78,8 @@
 #           dashboard), the one-shots attached to it, session 25's tree (.whl/tree_s25) against this one's
 #           (.whl/tree_s26: `bash benchmarks/tree_at.sh b533938 .whl/tree_s26`), alternated
 #           (benchmarks/oneshot_attached_ab.py); then PART=s26b's busy hub with one process, ABBA.
+#   PART=s27: the dashboard against nvitop with session 26's hub (each GPU process read from /proc, the sampling
+#           thread merging no ranks): 160x48 idle and busy (3 alternated rounds each), 80x24 idle (2 rounds).
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -462,6 +464,16 @@ if [ "$PART" = s26b ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
     --tick-cpu --tick-ranks 10 --tick-seconds 30 --tick-warmup 20 --out "$WORK/hub_tick_alias10_busy_profiled_p10.json" \
     --hub-command "$PY -P $REPO/benchmarks/profiled.py $WORK/hub_profile_alias10_busy_p10.prof $REPO/benchmarks/aliased_hub.py 10 hub --interval 1"
   kill "${SLEEPERS[@]}" 2>/dev/null; wait "${SLEEPERS[@]}" 2>/dev/null
+  stop_load
+fi
+if [ "$PART" = s27 ]; then  # session 27 (NVML only)
+  step 100 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label idle-160x48 \
+    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  step 70 "dashboard 80x24, idle GPU" "${TUI[@]}" --repeats 2 --cols 80 --rows 24 --label idle-80x24 \
+    --out "$WORK/tui_vs_nvitop_idle_80x24.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  start_load 120
+  step 100 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
+    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
   stop_load
 fi
 if [ "$PART" = s26c ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
