@@ -8,9 +8,10 @@ least `min_speedup` times faster, at most `max_restarts` times. It never leaves 
 that stays the user's call. A plan that interpolates between splits the ranks have measured
 (gpumix/plan/interpolation.py: its predictions erred a quarter as much in the oracle's sets) needs
 INTERPOLATED_SHARE of the gain asked: 1.03x where 1.05x is asked. A first plan predicted at least
-TRIAL_SHARE of the gain asked, under the bar, is tried: restarted into, and undone at the next look
-(a second restart, back to the split it replaced, and the last: the model errs on this job) if the
-job measured fewer samples/s on it than before.
+TRIAL_SHARE of the gain asked, under the bar, is tried: restarted into, and left at the next look if
+the job measured fewer samples/s on it than before. That second restart is the last (the model erred
+on this job): into a plan from what both splits measured where it is predicted to beat the split
+before the trial by the bar, else back to that split.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class AutoReplan:
         if min(r.get("step") or 0 for r in ranks) < resume_step + self.settle_steps:
             self._note("ranks still settling")
             return None
-        undo = self._undo_trial(snapshot, job)
+        undo = self._undo_trial(snapshot, job, granularity)
         if undo is not None:
             return undo
         try:
@@ -125,9 +126,11 @@ class AutoReplan:
         before = split_in_force(snapshot, job)
         return (before, rate) if before is not None and rate else None
 
-    def _undo_trial(self, snapshot: dict[str, Any], job: str) -> dict[str, Any] | None:
-        """At the first look after a trial settled: the split it replaced, where the job measured fewer
-        samples/s on the trial's; None otherwise (the trial stays, and is no longer one)."""
+    def _undo_trial(self, snapshot: dict[str, Any], job: str, granularity: int) -> dict[str, Any] | None:
+        """At the first look after a trial settled, where the job measured fewer samples/s on it than on the
+        split it replaced: the last restart, into a plan from what both splits measured where that is
+        predicted to beat the split before by the bar, else back to that split. None where the trial ran
+        as fast or faster (it stays, and is no longer one)."""
         if self._trial is None:
             return None
         (before, rate_before), self._trial = self._trial, None
@@ -136,15 +139,37 @@ class AutoReplan:
             self._note(f"kept the trial auto-{self.proposed}: {rate or 0:.0f} samples/s against {rate_before:.0f}")
             return None
         self.proposed, self._undone = self.proposed + 1, True
-        self._note(f"proposed auto-{self.proposed}: back from the trial ({rate:.0f} against {rate_before:.0f} samples/s)")
+        ran = f"{rate:.0f} samples/s against {rate_before:.0f}"
+        plan = self._plan_past_trial(snapshot, job, granularity, rate / rate_before)
+        if plan is not None:
+            self._note(f"proposed auto-{self.proposed}: past the trial, from both splits' points ({ran})")
+            return {**plan_to_json(plan), "plan_id": f"auto-{self.proposed}", "trial": False, "past_trial": True,
+                    "note": f"the trial ran {ran}: planned again from both splits' points"}
+        self._note(f"proposed auto-{self.proposed}: back from the trial ({ran})")
         return {**before, "plan_id": f"auto-{self.proposed}", "speedup": None, "trial": False,
-                "note": f"back to the split before the trial: it ran {rate:.0f} samples/s against {rate_before:.0f}"}
+                "note": f"back to the split before the trial: it ran {ran}"}
+
+    def _plan_past_trial(self, snapshot: dict[str, Any], job: str, granularity: int,
+                         trial_over_before: float) -> Plan | None:
+        """A plan from the trial's points and the split's before it, where it is predicted to beat the split
+        before the trial (the trial's speedup times trial_over_before, its measured rate over the one before)
+        by the bar. In the oracle's sets an undone trial's 4090 had run 136 samples in two passes; the next
+        plan, knowing that, gave it the best split's 132 in one (docs/planner.md, session 27)."""
+        try:
+            _, plan = plan_from_snapshot(snapshot, job, granularity=granularity)
+        except ValueError:  # PlanInputError included: go back to what was measured
+            return None
+        if plan.kept_current or not plan.speedup * trial_over_before >= self.bar(plan):
+            return None
+        return plan
 
 
 def announcement(plan: dict[str, Any]) -> str:
     """What the supervisor says of a plan auto re-plan proposed."""
     if plan.get("speedup") is None:
         return str(plan.get("note") or "back to an earlier split")
+    if plan.get("past_trial"):
+        return f"{plan['note']}, {plan['speedup']:.2f}x predicted over the trial"
     return f"{plan['speedup']:.2f}x predicted" + (" (a trial: undone if the job measures slower)" if plan.get("trial") else "")
 
 
