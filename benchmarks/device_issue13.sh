@@ -108,6 +108,13 @@ start_load() {  # SECONDS: benchmarks/gpu_load.py (host-to-device copies and mat
 }
 stop_load() { [ "$DRY" = 1 ] && return 0; kill "$LOAD" 2>/dev/null; wait "$LOAD" 2>/dev/null; tail -3 "$WORK/gpu_load.log" >>"$LOG"; }
 
+vs_nvitop() {  # LIMIT REPEATS COLS ROWS STATE: the dashboard against nvitop at 1 s (alternated rounds), the GPU idle or busy
+  local limit=$1 repeats=$2 cols=$3 rows=$4 state=$5
+  step "$limit" "dashboard ${cols}x$rows, $state GPU" "${TUI[@]}" --repeats "$repeats" --cols "$cols" --rows "$rows" \
+    --label "$state-${cols}x$rows" --out "$WORK/tui_vs_nvitop_${state}_${cols}x$rows.json" --peer "nvitop --interval 1" \
+    -- gpumix-top --interval 1 $SRC
+}
+
 hub_windows_and_memory() {  # PART=more and s10: the hub over two 30 s windows, RSS by kind (with and without the -OO re-exec)
   for round in 1 2; do
     step 90 "hub CPU per tick over 30 s, 10 simulated GPUs ($round)" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 \
@@ -262,11 +269,9 @@ fi
 if [ "$PART" = s13b ]; then  # session 13: the process listing check; the dashboard against nvitop, idle and busy
   [ "$DRY" != 1 ] && step 60 "CUDA processes listed against raw NVML" $PY "$REPO/benchmarks/process_listing_check.py" \
     --out "$WORK/process_listing_check.json"
-  step 100 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label idle-160x48 \
-    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  vs_nvitop 100 3 160 48 idle
   start_load 150
-  step 110 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
-    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  vs_nvitop 110 3 160 48 busy
   stop_load
 fi
 
@@ -467,13 +472,10 @@ if [ "$PART" = s26b ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
   stop_load
 fi
 if [ "$PART" = s27 ]; then  # session 27 (NVML only)
-  step 100 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label idle-160x48 \
-    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
-  step 70 "dashboard 80x24, idle GPU" "${TUI[@]}" --repeats 2 --cols 80 --rows 24 --label idle-80x24 \
-    --out "$WORK/tui_vs_nvitop_idle_80x24.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  vs_nvitop 100 3 160 48 idle
+  vs_nvitop 70 2 80 24 idle
   start_load 120
-  step 100 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
-    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  vs_nvitop 100 3 160 48 busy
   stop_load
 fi
 if [ "$PART" = s26c ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
