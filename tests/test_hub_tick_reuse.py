@@ -4,6 +4,7 @@ after tick while its inputs change: the GPU-to-GPU link rows (made once per topo
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -29,7 +30,12 @@ def old_path(hub: Hub, snapshot: dict[str, Any]) -> dict[str, Any]:
                                 *(os.environ.get(name) for name in SETTINGS_ENV))
     return {**snapshot, "p2p": [dataclasses.asdict(link) for link in hub.hardware.backend.p2p()],
             "tiers": tier_table(plain),
-            "findings": [dataclasses.asdict(finding) for finding in findings(plain, settings)]}
+            "findings": [finding_fields(finding) for finding in findings(plain, settings)]}
+
+
+def finding_fields(finding: Finding) -> dict[str, Any]:
+    """A finding's fields by name, deep-copied, as dataclasses.asdict gave them while Finding was a dataclass."""
+    return {name: copy.deepcopy(getattr(finding, name)) for name in ("id", "severity", "title", "evidence", "fix", "gpus")}
 
 
 def add_ranks(hub: Hub) -> list[Any]:
@@ -88,12 +94,18 @@ def test_snapshots_match_the_old_path_while_findings_caps_and_ranks_change(demo_
     assert caps[2] != caps[3] == caps[4] != caps[-1] == caps[0], caps
 
 
-def test_finding_json_is_asdict_and_its_own() -> None:
+def test_finding_json_is_its_fields_and_its_own() -> None:
     for finding in (Finding("a", "info", "t", "e [bold]", "f"), Finding("b", "error", "t", "e", "f", [3, 1])):
-        assert finding.to_json() == dataclasses.asdict(finding)
-        assert list(finding.to_json()) == list(dataclasses.asdict(finding))  # the same key order
+        assert finding.to_json() == finding_fields(finding)
+        assert list(finding.to_json()) == list(finding_fields(finding))  # the same key order
         finding.to_json()["gpus"].append(5)
         assert 5 not in finding.gpus
+    given = [3, 1]
+    kept = Finding("b", "error", "t", "e", "f", given)
+    given.append(7)  # the caller's list is not the finding's
+    assert kept.gpus == [3, 1] and kept == Finding("b", "error", "t", "e", "f", (3, 1))
+    assert kept != Finding("b", "error", "t", "e", "f", [1, 3]) and kept != kept.to_json()
+    assert repr(kept) == "Finding(id='b', severity='error', title='t', evidence='e', fix='f', gpus=[3, 1])"
 
 
 def test_gpu_rows_follow_a_changed_gpu_info(demo_hardware: Hardware) -> None:

@@ -57,6 +57,36 @@ def test_a_one_shots_client_makes_no_dataclass_or_snapshot_typeddict() -> None:
     assert not {"dataclasses", "inspect", "gpumix.wire.snapshot_types"} & loaded
 
 
+ATTACHED_ONE_SHOT = """
+import json, sys
+from gpumix.cli.main import main
+sys.argv = ["gpumix", *json.loads(sys.argv[1])]
+try:
+    code = main()
+except SystemExit as error:
+    code = error.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["power", "show"]])
+def test_doctor_and_power_show_attached_load_no_dataclass_profiler_or_snapshot_typeddict(
+        command: list[str], hub_socket: tuple[Hub, str]) -> None:
+    """Attached to a hub, doctor builds the hub's findings and power show reads its snapshot: the dataclasses
+    module (with inspect), the power profiler and the snapshot's TypedDicts were ~28 ms of their imports
+    on the 2-core box, for a finding's record, the profile flags' defaults and type hints."""
+    _, path = hub_socket
+    result = subprocess.run([sys.executable, "-c", ATTACHED_ONE_SHOT, json.dumps([*command, "--hub", path])],
+                            capture_output=True, text=True, cwd="/", timeout=60)
+    *printed, last = result.stdout.strip().splitlines()
+    outcome = json.loads(last)
+    assert outcome["code"] in (0, 1, 2), result.stderr[-2000:]  # doctor: 1 for warnings on the demo rig
+    assert any(line.startswith(("[", "healthy", "GPU")) for line in printed), printed  # findings, or the caps table
+    loaded = set(outcome["modules"])
+    assert not {"dataclasses", "inspect", "gpumix.wire.snapshot_types", "gpumix.power.profile"} & loaded
+    assert "gpumix.hub.client" in loaded and "gpumix.hub.core" not in loaded  # attached, not a hub of its own
+
+
 def test_the_record_flags_load_the_recorder_only_to_record() -> None:
     code = ("import argparse; from gpumix.cli.recording import resolve_record_flags;"
             " args = argparse.Namespace(record=None, record_max_size=None); resolve_record_flags('t', args)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumix.advice.finding import SEVERITY_RANK, Finding
 from gpumix.cli.common import (
@@ -23,7 +23,9 @@ from gpumix.cli.common import (
     positive_float,
 )
 from gpumix.hub.client import printable
-from gpumix.wire.snapshot_types import Snapshot, Source
+
+if TYPE_CHECKING:  # hints only: the TypedDicts cost an attached doctor 9 ms to import (issue 13)
+    from gpumix.wire.snapshot_types import Snapshot, Source
 
 PROG = "gpumix"
 MIN_DRIVER_ENV = "GPUMIX_4090_P2P_MIN_DRIVER"

@@ -21,14 +21,19 @@ from gpumix.cli.common import (
     positive_int,
     stderr_line,
 )
-from gpumix.power import profile  # light: its bounds and defaults are in the flags' help
-from gpumix.wire.snapshot_types import Snapshot, Source
 
-# The hub loads when used: building `gpumix`'s parsers, or `power show` attached to a running hub,
-# does not need it (issue 13).
+# the flags' bounds and defaults, without the profiler
+from gpumix.power import profile_limits as limits
+
+# The hub and the profiler load when used: building `gpumix`'s parsers, or `power show` attached to a
+# running hub, needs neither (issue 13).
 if TYPE_CHECKING:
     from gpumix.hub.core import Hub
     from gpumix.hw.hardware import Hardware
+    from gpumix.power.profile import ProfileRun
+    from gpumix.wire.snapshot_types import Snapshot, Source
+
+    PowerSource = Source  # where power (and doctor) read and act: the running hub (a HubClient), or one here
 
 PROG = "gpumix"
 
@@ -70,16 +75,16 @@ PROFILE_FLAGS = ("steps", "step_pct", "hold", "restore_wait")
 def add_profile_flags(parser: argparse.ArgumentParser, nested: bool = False) -> None:
     """The profile's flags; nested (on the action) they default to SUPPRESS, as add_rig_flags' do."""
     default: dict[str, Any] = {"default": argparse.SUPPRESS} if nested else {}
-    parser.add_argument("--steps", type=at_most(positive_int, profile.MAX_STEPS), **default,
-                        help=f"with profile: cap steps down (default {profile.DEFAULT_STEPS})")
-    parser.add_argument("--step-pct", type=at_most(positive_float, 100 * profile.MAX_STEP_SHARE), metavar="PERCENT",
+    parser.add_argument("--steps", type=at_most(positive_int, limits.MAX_STEPS), **default,
+                        help=f"with profile: cap steps down (default {limits.DEFAULT_STEPS})")
+    parser.add_argument("--step-pct", type=at_most(positive_float, 100 * limits.MAX_STEP_SHARE), metavar="PERCENT",
                         **default, help="with profile: each step, this share of the card's default limit in %%"
-                                        f" (default {100 * profile.DEFAULT_STEP_SHARE:g})")
-    parser.add_argument("--hold", type=at_most(positive_float, profile.MAX_HOLD_S), metavar="SECONDS", **default,
-                        help=f"with profile: each step held this long (default {profile.DEFAULT_HOLD_S:g})")
+                                        f" (default {100 * limits.DEFAULT_STEP_SHARE:g})")
+    parser.add_argument("--hold", type=at_most(positive_float, limits.MAX_HOLD_S), metavar="SECONDS", **default,
+                        help=f"with profile: each step held this long (default {limits.DEFAULT_HOLD_S:g})")
     parser.add_argument("--restore-wait", type=at_most(positive_float, 3600.0), metavar="SECONDS", **default,
                         help="with profile: a lost hub is waited for this long to put the caps back"
-                             f" (default {profile.RESTORE_WAIT_S:g})")
+                             f" (default {limits.RESTORE_WAIT_S:g})")
 
 
 def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -90,9 +95,6 @@ def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace)
             flag = "--" + name.replace("_", "-")
             parser.error(f"argument {flag}: only `gpumix power profile` takes it, not `{args.action}`")
 
-
-# Where power (and doctor) read and act: the running hub (a HubClient), or one in this process.
-PowerSource = Source
 
 
 def local_source(hardware: Hardware, settle_s: float = 0.0) -> Hub:
@@ -181,6 +183,8 @@ class Interrupted(Exception):
 def run_profile(args: argparse.Namespace, source: PowerSource) -> int:
     """`gpumix power profile TIER`: the dry run prints the steps and sends nothing; a run restores
     the original caps however it ends (gpumix.power.profile)."""
+    from gpumix.power import profile
+
     def say(line: str) -> None:
         stderr_line(f"{PROG}: {line}")
 
@@ -188,10 +192,10 @@ def run_profile(args: argparse.Namespace, source: PowerSource) -> int:
         value = getattr(args, name, None)
         return default if value is None else value
 
-    profiler = profile.Profiler(source, restore_wait_s=given("restore_wait", profile.RESTORE_WAIT_S), say=say)
+    profiler = profile.Profiler(source, restore_wait_s=given("restore_wait", limits.RESTORE_WAIT_S), say=say)
     try:
-        run = profiler.prepare(args.tier, given("steps", profile.DEFAULT_STEPS),
-                               given("step_pct", 100 * profile.DEFAULT_STEP_SHARE) / 100, given("hold", profile.DEFAULT_HOLD_S))
+        run = profiler.prepare(args.tier, given("steps", limits.DEFAULT_STEPS),
+                               given("step_pct", 100 * limits.DEFAULT_STEP_SHARE) / 100, given("hold", limits.DEFAULT_HOLD_S))
     except profile.ProfileError as error:
         fail(PROG, str(error), code=1)
     if args.dry_run:
@@ -224,7 +228,7 @@ def run_profile(args: argparse.Namespace, source: PowerSource) -> int:
     return 0
 
 
-def print_profile(run: profile.ProfileRun, as_json: bool, applied: bool) -> None:
+def print_profile(run: ProfileRun, as_json: bool, applied: bool) -> None:
     if as_json:
         print(json.dumps({**run.to_json(), "applied": applied}, indent=1))
         return

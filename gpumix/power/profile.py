@@ -23,16 +23,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumix.power.profile_limits import (  # noqa: F401  (the defaults too: benchmarks/oracle_replan.py reads them here)
+    DEFAULT_HOLD_S,
+    DEFAULT_STEP_SHARE,
+    DEFAULT_STEPS,
+    MAX_HOLD_S,
+    MAX_STEP_SHARE,
+    MAX_STEPS,
+    RESTORE_WAIT_S,
+)
 from gpumix.wire.snapshot_types import Snapshot, Source
 
-MAX_STEPS = 5
-MAX_STEP_SHARE = 0.25  # of the card's default power limit, per step
-DEFAULT_STEPS = 4  # 4 x 10 %: down to 60 % of the default limit, where the fit's cuts land (docs/power.md)
-DEFAULT_STEP_SHARE = 0.10
-DEFAULT_HOLD_S = 30.0
-MAX_HOLD_S = 600.0
 MIN_STEPS_AT_CAP = 6  # the hub's figures are medians of 10 steps (MEDIAN_WINDOW): 6 at the cap make them its
-RESTORE_WAIT_S = 30.0  # how long a lost hub is waited for to put the caps back
 POLL_S = 0.2
 
 
