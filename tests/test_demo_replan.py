@@ -90,11 +90,18 @@ async def test_restart_without_the_3060_tier_runs_on_seven_gpus() -> None:
             await until(lambda: (run := node.hub.snapshot()["run"]) and run["ranks"] == 10 and run["stragglers"], 30,
                         "the run's stragglers")
             # the offer rests on measured step times, 2-5 % apart here: CI at 68250f9, its box busy beside it,
-            # pressed `s` on a measurement that did not make it, so the test waits until the plan makes it
-            await until(lambda: offers_without(node.hub), 60, "the plan to offer the job without the 3060s")
-            before = node.hub.snapshot()["run"]
-            await pilot.press("s")
-            await until(lambda: isinstance(app.screen, PlanScreen), 10)
+            # pressed `s` on a measurement that did not make it, so the test waits until the plan makes it; and
+            # CI at 61c0160 saw the next measurement, which the dialog plans from, unmake it: then the dialog
+            # is closed and opened again once the plan makes it (a few times at most)
+            for _ in range(4):
+                await until(lambda: offers_without(node.hub), 60, "the plan to offer the job without the 3060s")
+                before = node.hub.snapshot()["run"]
+                await pilot.press("s")
+                await until(lambda: isinstance(app.screen, PlanScreen), 10)
+                if app.screen.query("#apply-without"):
+                    break
+                await pilot.press("escape")
+                await until(lambda: not isinstance(app.screen, PlanScreen), 10, "the dialog to close")
             await pilot.click("#apply-without")  # offered: the planner finds the job faster without the 3060s
             await until(lambda: isinstance(app.screen, ConfirmScreen), 10, "the restart's confirmation")
             await pilot.press("y")
