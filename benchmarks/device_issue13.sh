@@ -79,7 +79,7 @@
 #           (.whl/tree_s26: `bash benchmarks/tree_at.sh b533938 .whl/tree_s26`), alternated
 #           (benchmarks/oneshot_attached_ab.py); then PART=s26b's busy hub with one process, ABBA.
 #   PART=s27: the dashboard against nvitop with session 26's hub (each GPU process read from /proc, the sampling
-#           thread merging no ranks): 160x48 idle and busy (3 alternated rounds each), 80x24 idle (2 rounds).
+#           thread merging no ranks): 160x48 idle and busy (3 alternated rounds each), then 80x24 idle (2 rounds).
 #   PART=hub: the hub's CPU per tick with 0 and 10 ranks, on the GPU and on 10 simulated GPUs, with the
 #           agents' reads in shared rounds of 0.1 s (GPUMIX_HUB_AGENT_READ_PAUSE_S=0.1) and without,
 #           alternated.
@@ -473,10 +473,10 @@ if [ "$PART" = s26b ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
 fi
 if [ "$PART" = s27 ]; then  # session 27 (NVML only)
   vs_nvitop 100 3 160 48 idle
-  vs_nvitop 70 2 80 24 idle
   start_load 120
   vs_nvitop 100 3 160 48 busy
   stop_load
+  vs_nvitop 70 2 80 24 idle  # last: skipped where the budget leaves no room
 fi
 if [ "$PART" = s26c ] && [ "$DRY" != 1 ]; then  # session 26 (NVML only)
   start_load 520
