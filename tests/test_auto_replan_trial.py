@@ -157,6 +157,11 @@ def test_a_trial_that_ran_slower_is_left_for_a_plan_from_both_splits_that_beats_
     rate_trial, rate_before = after["runs"]["train"]["samples_per_s"], 300.0
     assert plan["speedup"] * rate_trial / rate_before >= auto.bar(plan_from_snapshot(after, "train", granularity=1)[1])
     assert announcement(plan).startswith("the trial ran 229 samples/s against 300: planned again")
+    usable = usable_plan(plan)  # what the supervisor restarts into: this plan, as any other
+    assert [r["samples"] for r in usable["ranks"]] == [30, 34, 32] and usable["global_batch"] == 96
+    ranks = [r for r in after["ranks"] if r["job"] == "train" and r["connected"]]
+    command = ["torchrun", "--nproc_per_node", "3", "train.py"]
+    assert restart.refusal(RunPlan.from_json(plan), ranks, 96, command, False) == (None, command)
     assert "past the trial" in auto.last_outcome
     assert not auto.due(now_s=10 * CHECK_S)  # the last restart
 

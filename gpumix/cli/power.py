@@ -96,7 +96,6 @@ def check_power_flags(parser: argparse.ArgumentParser, args: argparse.Namespace)
             parser.error(f"argument {flag}: only `gpumix power profile` takes it, not `{args.action}`")
 
 
-
 def local_source(hardware: Hardware, settle_s: float = 0.0) -> Hub:
     """A hub in this process that has read the hardware with PCIe rates in it: once on real GPUs
     (Hub.tick_with_rates); a simulated world twice, settle_s apart (rates are differences)."""
