@@ -131,17 +131,14 @@ hub_windows_and_memory() {  # PART=more and s10: the hub over two 30 s windows, 
 if [ "$PART" = a ]; then
   step 20 "pynvml narrowed: the hub's GPU fields before and after, real NVML" $PY "$REPO/benchmarks/nvml_narrow_check.py" \
     --out "$WORK/nvml_narrow_check.json" $SRC
-  step 100 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label idle-160x48 \
-    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
-  step 70 "dashboard 80x24, idle GPU" "${TUI[@]}" --repeats 2 --cols 80 --rows 24 --label idle-80x24 \
-    --out "$WORK/tui_vs_nvitop_idle_80x24.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  vs_nvitop 100 3 160 48 idle
+  vs_nvitop 70 2 80 24 idle
   step 40 "bytes by row, 80x24, idle GPU, gpumix-top" $PY "$REPO/benchmarks/tui_bytes_by_row.py" --seconds 20 --warmup 5 \
     --cols 80 --rows 24 --out "$WORK/tui_bytes_by_row_80x24.json" -- gpumix-top --interval 1 $SRC
   step 40 "bytes by row, 80x24, idle GPU, nvitop" $PY "$REPO/benchmarks/tui_bytes_by_row.py" --seconds 20 --warmup 5 \
     --cols 80 --rows 24 --out "$WORK/tui_bytes_by_row_80x24_nvitop.json" -- nvitop --interval 1
   start_load 120
-  step 100 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
-    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  vs_nvitop 100 3 160 48 busy
   stop_load
   step 70 "hub CPU per tick, this machine's GPU" $PY $REPO/benchmarks/bench_hub.py --tick-cpu --tick-ranks 0,10 --tick-seconds 12 \
     --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
@@ -224,8 +221,7 @@ if [ "$PART" = s11 ]; then  # session 11: the PCIe pair and the quiet GPU's slow
     --tick-seconds 20 --tick-warmup 3 --hub-command "$PY -m gpumix.cli.main hub --interval 1 $SRC" --out "$WORK/hub_tick_gpu.json"
   [ "${ONESHOTS:-1}" = 1 ] && step 45 "one-shots, no hub" $PY "$REPO/benchmarks/bench_oneshot.py" --repeats 5 --label nohub --out "$WORK/oneshot_nohub.json" \
     --cmd "gpumix-top --once --json" --cmd "gpumix doctor" --cmd "gpustat --json" --cmd "nvitop --once"
-  [ "${DASHBOARD:-1}" = 1 ] && step 75 "dashboard 160x48, idle GPU" "${TUI[@]}" --repeats 2 --cols 160 --rows 48 --label idle-160x48 \
-    --out "$WORK/tui_vs_nvitop_idle_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  [ "${DASHBOARD:-1}" = 1 ] && vs_nvitop 75 2 160 48 idle
 fi
 
 if [ "$PART" = s12 ]; then  # session 12: each NVML getter's cost once a second; the rare readings, before and after
@@ -286,8 +282,7 @@ fi
 
 if [ "$PART" = s12busy ]; then  # session 12: the dashboard against nvitop at 160x48 with the GPU busy
   start_load 150
-  step 110 "dashboard 160x48, busy GPU" "${TUI[@]}" --repeats 3 --cols 160 --rows 48 --label busy-160x48 \
-    --out "$WORK/tui_vs_nvitop_busy_160x48.json" --peer "nvitop --interval 1" -- gpumix-top --interval 1 $SRC
+  vs_nvitop 110 3 160 48 busy
   stop_load
 fi
 
