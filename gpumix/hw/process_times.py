@@ -3,11 +3,12 @@
 
 The hub reads every process on a GPU each tick: ten processes cost it 1.39 ms a tick through psutil on the
 2-core box (an object, a oneshot cache and two reads each), 0.74 ms here; 0.98 against 0.57 ms on an H100
-(benchmarks/process_reading_cost.py; issue 13: the hub at <= 0.5 % of a core). The arithmetic is psutil's, in its order: user and system time since the last reading
-over the monotonic time since, times 100 (so 100 is one core), rounded to 0.1. RSS is statm's resident
-pages, as psutil reads it; /proc/PID/stat's own rss field is the kernel's approximate per-CPU count, off by
-pages. A PID whose start time changed is another process: its first reading again. The first reading of a
-process has nothing to compare with: its share is None (psutil says 0.0 there).
+(benchmarks/process_reading_cost.py; issue 13: the hub at <= 0.5 % of a core). The arithmetic is
+psutil's, in its order: user and system time since the last reading over the monotonic time since,
+times 100 (so 100 is one core), rounded to 0.1. RSS is statm's resident pages, as psutil reads it;
+/proc/PID/stat's own rss field is the kernel's approximate per-CPU count, off by pages. A PID whose
+start time changed is another process: its first reading again. The first reading of a process has
+nothing to compare with: its share is None (psutil says 0.0 there).
 
 What it may import: nothing of gpumix.
 """
